@@ -1,0 +1,316 @@
+"""The node report: what one agent knows about its node, as plain frozen dataclasses.
+
+This module is the contract between the agent (which fills it), the NodeTopology object (its wire
+form, `spec` of `hypertopo.io/v1alpha1` NodeTopology) and the aggregator (which reads it back).
+It holds stable facts and health states only. Counters that change on every probe are kept on the
+dataclasses in fields marked `metric_only` so the metrics exporter can read them, but they never
+reach the wire form, so an unchanged node serialises to an unchanged object (zero API writes).
+
+Wire form rules: field names become lowerCamelCase; `None` and metric-only fields are omitted;
+tuples become lists; enums become their string values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
+
+SCHEMA_VERSION = 1
+API_GROUP = "hypertopo.io"
+API_VERSION = "v1alpha1"
+KIND = "NodeTopology"
+PLURAL = "nodetopologies"
+
+METRIC_ONLY: Mapping[str, Any] = {"metric_only": True}
+
+
+class Health(str, enum.Enum):
+    """Per-component health. `absent` means no such hardware: a quiet, normal result."""
+
+    OK = "ok"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+    ABSENT = "absent"
+
+
+@dataclass(frozen=True)
+class ComponentHealth:
+    state: Health
+    reason: str = ""
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ProbeResult(Generic[T]):
+    """What every probe returns: a value (None when absent or failed) and its health.
+
+    A probe never raises for bad input or missing hardware; it says so here."""
+
+    value: T | None
+    health: ComponentHealth
+
+    @classmethod
+    def absent(cls, reason: str) -> ProbeResult[T]:
+        return cls(None, ComponentHealth(Health.ABSENT, reason))
+
+    @classmethod
+    def failed(cls, reason: str) -> ProbeResult[T]:
+        return cls(None, ComponentHealth(Health.FAILED, reason))
+
+
+# --- host -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    hostname: str
+    kernel: str
+    cpus: int
+    memory_bytes: int
+
+
+# --- NVLink / NVML ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NvLink:
+    link: int
+    state: str  # "up" | "down"
+    version: int | None = None
+    remote_type: str | None = None  # "gpu" | "nvswitch" | "unknown"
+    remote_pci_bus_id: str | None = None
+    error_counters: Mapping[str, int] = field(default_factory=dict, metadata=METRIC_ONLY)
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """Multi-node NVLink fabric membership (NVML GPU fabric info): the clique a GPU belongs to."""
+
+    cluster_uuid: str
+    clique_id: int
+    state: str  # "not-supported" | "not-started" | "in-progress" | "completed"
+    status: str  # "success" or the NVML error name
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    numa_node: int | None = None
+    nvlinks: tuple[NvLink, ...] = ()
+    fabric: GpuFabric | None = None
+    nics: tuple[str, ...] = ()  # RDMA devices closest on the PCIe hierarchy
+    health: ComponentHealth = ComponentHealth(Health.OK)
+    uncorrected_ecc: int | None = field(default=None, metadata=METRIC_ONLY)
+    xid_events: Mapping[int, int] = field(default_factory=dict, metadata=METRIC_ONLY)
+
+
+@dataclass(frozen=True)
+class NvLinkDomain:
+    """The node-level multi-node NVLink domain: the clique shared by this node's GPUs."""
+
+    cluster_uuid: str
+    clique_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class NvmlReport:
+    driver_version: str
+    gpus: tuple[Gpu, ...]
+    domain: NvLinkDomain | None = None
+
+
+# --- RDMA ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RdmaPort:
+    port: int
+    state: str  # "ACTIVE", "DOWN", "INIT", "ARMED" (sysfs text without the number)
+    phys_state: str  # "LinkUp", "Disabled", "Polling", ...
+    rate_gbps: float | None
+    link_layer: str  # "InfiniBand" | "Ethernet"
+    lid: int | None = None
+    sm_lid: int | None = None
+    netdev: str | None = None
+    gids: tuple[str, ...] = ()
+    counters: Mapping[str, int] = field(default_factory=dict, metadata=METRIC_ONLY)
+
+
+@dataclass(frozen=True)
+class RdmaDevice:
+    name: str
+    node_guid: str | None = None
+    sys_image_guid: str | None = None
+    node_desc: str | None = None
+    firmware: str | None = None
+    pci_address: str | None = None
+    numa_node: int | None = None
+    ports: tuple[RdmaPort, ...] = ()
+
+
+# --- interfaces and LLDP -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interface:
+    name: str
+    mac: str | None
+    oper_state: str  # "up" | "down" | "unknown" | ...
+    mtu: int | None = None
+    speed_mbps: int | None = None
+    pci_address: str | None = None
+    bond_master: str | None = None
+    kind: str | None = None  # "physical" | "bond" | "vlan" | "veth" | ...
+
+
+@dataclass(frozen=True)
+class LldpNeighbour:
+    interface: str
+    chassis_id: str
+    port_id: str
+    ttl: int
+    chassis_id_subtype: str | None = None
+    port_id_subtype: str | None = None
+    port_description: str | None = None
+    system_name: str | None = None
+    system_description: str | None = None
+    management_addresses: tuple[str, ...] = ()
+
+
+# --- the whole report --------------------------------------------------------------------------
+
+COMPONENTS = ("nvml", "rdma", "net", "lldp", "host")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Counts an operator wants at a glance (the NodeTopology printer columns)."""
+
+    gpus: int
+    nvlink_domain: str
+    rdma_ports_up: int
+    lldp_neighbours: int
+    health: str
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node_name: str
+    health: Mapping[str, ComponentHealth]
+    host: HostInfo | None = None
+    nvml: NvmlReport | None = None
+    rdma: tuple[RdmaDevice, ...] = ()
+    interfaces: tuple[Interface, ...] = ()
+    lldp: tuple[LldpNeighbour, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+
+    def overall_health(self) -> Health:
+        """Worst component state, where `absent` counts as fine."""
+        states = {h.state for h in self.health.values()}
+        for worst in (Health.FAILED, Health.DEGRADED):
+            if worst in states:
+                return worst
+        return Health.OK
+
+    def summary(self) -> Summary:
+        gpus = self.nvml.gpus if self.nvml else ()
+        domain = self.nvml.domain if self.nvml else None
+        return Summary(
+            gpus=len(gpus),
+            nvlink_domain=f"{domain.cluster_uuid}/{domain.clique_id}" if domain else "",
+            rdma_ports_up=sum(1 for d in self.rdma for p in d.ports if p.state == "ACTIVE"),
+            lldp_neighbours=len(self.lldp),
+            health=self.overall_health().value,
+        )
+
+
+# --- wire form ----------------------------------------------------------------------------------
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def to_wire(value: Any) -> Any:
+    """Dataclass tree -> JSON-ready dict (camelCase keys, no None, no metric-only fields)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            if f.metadata.get("metric_only"):
+                continue
+            item = getattr(value, f.name)
+            if item is None:
+                continue
+            out[_camel(f.name)] = to_wire(item)
+        return out
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): to_wire(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [to_wire(v) for v in value]
+    return value
+
+
+def report_spec(report: NodeReport) -> dict[str, Any]:
+    """The `spec` of the NodeTopology object for this report (includes the summary)."""
+    spec: dict[str, Any] = to_wire(report)
+    spec["summary"] = to_wire(report.summary())
+    return spec
+
+
+def node_topology_object(report: NodeReport) -> dict[str, Any]:
+    """The whole NodeTopology object as the agent applies it."""
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": {"name": report.node_name},
+        "spec": report_spec(report),
+    }
+
+
+def _from_wire(cls: Any, data: Any) -> Any:
+    origin = get_origin(cls)
+    if origin is None and isinstance(cls, type):
+        if dataclasses.is_dataclass(cls):
+            hints = get_type_hints(cls)
+            kwargs = {}
+            for f in dataclasses.fields(cls):
+                key = _camel(f.name)
+                if f.metadata.get("metric_only") or key not in data:
+                    continue
+                kwargs[f.name] = _from_wire(hints[f.name], data[key])
+            return cls(**kwargs)
+        if issubclass(cls, enum.Enum):
+            return cls(data)
+        if cls is float and isinstance(data, int):
+            return float(data)
+        return data
+    args = get_args(cls)
+    if origin is tuple:
+        return tuple(_from_wire(args[0], v) for v in data)
+    if origin in (Mapping, dict) or str(origin).endswith("Mapping"):
+        return {k: _from_wire(args[1], v) for k, v in data.items()}
+    # Optional[X] / X | None
+    non_none = [a for a in args if a is not type(None)]
+    if data is None:
+        return None
+    return _from_wire(non_none[0], data)
+
+
+def report_from_spec(spec: Mapping[str, Any]) -> NodeReport:
+    """Reads a NodeTopology `spec` back into a NodeReport (the aggregator's view).
+
+    Unknown keys (from a newer agent) are ignored; `summary` is derived, so it is dropped."""
+    report: NodeReport = _from_wire(NodeReport, dict(spec))
+    return report

@@ -1,0 +1,1 @@
+"""Thin adapters to the Kubernetes API for the aggregator."""

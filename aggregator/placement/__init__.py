@@ -1,0 +1,1 @@
+"""hypertopo placement plugin: gang, topology-aware scheduling on HyperNodes."""

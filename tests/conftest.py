@@ -1,0 +1,36 @@
+"""Shared fixtures: the real control plane, the shared captures folder, a fresh metrics registry."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from controlplane.harness import ControlPlane, ControlPlaneError, running
+from realparts import missing, shared_data_dir
+
+
+@pytest.fixture(scope="session")
+def apiserver() -> Iterator[ControlPlane]:
+    """A real etcd + kube-apiserver (RBAC on, crds/ applied), shared by the whole session.
+
+    Tests share it, so each test uses names of its own (see `unique`) and cleans up what would
+    disturb others."""
+    try:
+        with running() as plane:
+            yield plane
+    except ControlPlaneError as exc:
+        missing(f"cannot start the test control plane: {exc}")
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short random suffix for object names that must not collide between tests."""
+    return uuid.uuid4().hex[:6]
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data: real-world captures written by others (see its SOURCES.md)."""
+    return shared_data_dir()

@@ -1,0 +1,202 @@
+"""Starts a real etcd + kube-apiserver on loopback for tests, with RBAC on and hypertopo's CRDs
+applied, and tears them down. The binaries come from build.sh (built once, then cached).
+
+Authentication: a static token file holds an admin token (group system:masters) plus any tokens a
+test adds through `extra_tokens`; service-account tokens are signed with a key made per run, so
+TokenRequest works. The ServiceAccount admission plugin is off: no controller-manager runs to
+create `default` service accounts, and tests create the accounts they need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+ADMIN_TOKEN = "hypertopo-test-admin-token"
+
+
+class ControlPlaneError(RuntimeError):
+    pass
+
+
+def build() -> Path:
+    """Builds (or finds cached) binaries; returns the directory holding them."""
+    proc = subprocess.run(["bash", str(HERE / "build.sh")], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"control-plane build failed:\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ControlPlane:
+    bin_dir: Path
+    workdir: Path
+    url: str = ""
+    kubeconfig: Path = field(default_factory=Path)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    # -- clients -----------------------------------------------------------------------------
+    def kubeconfig_for(self, token: str, name: str = "user") -> Path:
+        """A kubeconfig that authenticates with the given bearer token."""
+        path = self.workdir / f"kubeconfig-{name}"
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": name}}],
+            "current-context": "test",
+        }
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def api_client(self, token: str = ADMIN_TOKEN):  # type: ignore[no-untyped-def]
+        from kubernetes import client
+
+        config = client.Configuration()
+        config.host = self.url
+        config.verify_ssl = False
+        config.api_key = {"authorization": f"Bearer {token}"}
+        return client.ApiClient(config)
+
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses (agent, aggregator) that should talk to this API server."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _spawn(self, name: str, argv: Sequence[str]) -> None:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        self.processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+
+    def start(self, extra_tokens: Sequence[tuple[str, str, Sequence[str]]] = ()) -> None:
+        etcd_client, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
+        data = self.workdir / "etcd"
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                f"--data-dir={data}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_client}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_client}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        key = self.workdir / "sa.key"
+        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], capture_output=True, check=True)
+        tokens = self.workdir / "tokens.csv"
+        lines = [f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"']
+        lines += [f'{tok},{user},{user}-uid,"{",".join(groups)}"' for tok, user, groups in extra_tokens]
+        tokens.write_text("\n".join(lines) + "\n")
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--cert-dir={self.workdir / 'certs'}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                "--disable-admission-plugins=ServiceAccount",
+                f"--service-account-key-file={key}",
+                f"--service-account-signing-key-file={key}",
+                "--service-account-issuer=https://hypertopo.test",
+                "--api-audiences=https://hypertopo.test",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--storage-media-type=application/json",
+                "--v=1",
+            ],
+        )
+        self.url = f"https://127.0.0.1:{api_port}"
+        self.kubeconfig = self.kubeconfig_for(ADMIN_TOKEN, "admin")
+        self._wait_ready(timeout=90)
+        self.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+    def _wait_ready(self, timeout: float) -> None:
+        import ssl
+
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for proc, name in zip(self.processes, ("etcd", "kube-apiserver"), strict=False):
+                if proc.poll() is not None:
+                    raise ControlPlaneError(f"{name} exited: {self.log_tail(name)}")
+            req = urllib.request.Request(f"{self.url}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except Exception as exc:  # noqa: BLE001 - not up yet, keep polling
+                last = str(exc)
+            time.sleep(0.2)
+        raise ControlPlaneError(f"kube-apiserver not ready after {timeout}s ({last}): {self.log_tail('kube-apiserver')}")
+
+    def log_tail(self, name: str, size: int = 3000) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace")[-size:] if path.exists() else ""
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.terminate()
+        for proc in reversed(self.processes):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.processes.clear()
+
+
+@contextlib.contextmanager
+def running(extra_tokens: Sequence[tuple[str, str, Sequence[str]]] = ()) -> Iterator[ControlPlane]:
+    bin_dir = build()
+    workdir = Path(tempfile.mkdtemp(prefix="hypertopo-cp-"))
+    plane = ControlPlane(bin_dir=bin_dir, workdir=workdir)
+    try:
+        plane.start(extra_tokens)
+        yield plane
+    finally:
+        plane.stop()
+        shutil.rmtree(workdir, ignore_errors=True)

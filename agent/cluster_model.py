@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,12 +145,16 @@ def _parse_blocks(raw_blocks: Any, names: set[str]) -> list[Block]:
     for i, raw in enumerate(raw_blocks):
         if not isinstance(raw, Mapping) or "switch" not in raw:
             raise ModelError(f"block {i}: needs 'switch' and 'nodes'")
-        nodes = [n for pat in _as_str_list(raw.get("nodes", []), f"block {i} nodes") for n in expand_hostlist(pat)]
+        nodes = [
+            n for pat in _as_str_list(raw.get("nodes", []), f"block {i} nodes") for n in expand_hostlist(pat)
+        ]
         annotations = raw.get("annotations") or {}
         if not isinstance(annotations, Mapping):
             raise ModelError(f"block {i}: annotations must be a mapping")
         names.add(str(raw["switch"]))
-        blocks.append(Block(str(raw["switch"]), tuple(nodes), {str(k): str(v) for k, v in annotations.items()}))
+        blocks.append(
+            Block(str(raw["switch"]), tuple(nodes), {str(k): str(v) for k, v in annotations.items()})
+        )
     return blocks
 
 
@@ -176,4 +180,3 @@ def load_model(path: str) -> ClusterModel:
         return parse_model(data)
     except ModelError as exc:
         raise ModelError(f"{path}: {exc}") from exc
-

@@ -50,7 +50,12 @@ def schema_for(hint: Any) -> dict[str, Any]:
         return _object_schema(hint)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return {"type": "string", "enum": [m.value for m in hint]}
-    simple = {int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"}, bool: {"type": "boolean"}}
+    simple = {
+        int: {"type": "integer"},
+        float: {"type": "number"},
+        str: {"type": "string"},
+        bool: {"type": "boolean"},
+    }
     if hint in simple:
         return dict(simple[hint])
     raise TypeError(f"no schema for {hint!r}")

@@ -27,7 +27,7 @@ PLURAL = "nodetopologies"
 METRIC_ONLY: Mapping[str, Any] = {"metric_only": True}
 
 
-class Health(str, enum.Enum):
+class Health(enum.StrEnum):
     """Per-component health. `absent` means no such hardware: a quiet, normal result."""
 
     OK = "ok"

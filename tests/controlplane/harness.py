@@ -164,15 +164,19 @@ class ControlPlane:
             for proc, name in zip(self.processes, ("etcd", "kube-apiserver"), strict=False):
                 if proc.poll() is not None:
                     raise ControlPlaneError(f"{name} exited: {self.log_tail(name)}")
-            req = urllib.request.Request(f"{self.url}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            req = urllib.request.Request(
+                f"{self.url}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            )
             try:
                 with urllib.request.urlopen(req, context=ctx, timeout=2) as resp:
                     if resp.status == 200:
                         return
-            except Exception as exc:  # noqa: BLE001 - not up yet, keep polling
+            except Exception as exc:  # not up yet, keep polling
                 last = str(exc)
             time.sleep(0.2)
-        raise ControlPlaneError(f"kube-apiserver not ready after {timeout}s ({last}): {self.log_tail('kube-apiserver')}")
+        raise ControlPlaneError(
+            f"kube-apiserver not ready after {timeout}s ({last}): {self.log_tail('kube-apiserver')}"
+        )
 
     def log_tail(self, name: str, size: int = 3000) -> str:
         path = self.workdir / f"{name}.log"

@@ -1,0 +1,23 @@
+# `make test` sets up a fresh machine (Debian packages, .venv, control-plane build) and runs the
+# whole suite. Set HYPERTOPO_REQUIRE_REAL=1 (as .ci/run does) to fail instead of skip when a real
+# component is missing.
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+
+.PHONY: test setup lint bench
+
+setup:
+	bash tests/setup.sh
+
+test: setup
+	$(VENV)/bin/python -m pytest -ra -p no:cacheprovider --durations=20
+
+lint:
+	$(VENV)/bin/python -m ruff check agent aggregator tests
+	$(VENV)/bin/python -m mypy
+	$(VENV)/bin/lint-imports
+
+bench: setup
+	$(VENV)/bin/python tests/bench_agent.py
+	$(VENV)/bin/python tests/bench_aggregator.py
+	$(VENV)/bin/python tests/bench_placement.py

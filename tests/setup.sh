@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian machine for the test suite, idempotently:
+#   1. Debian packages for the real parts (lldpd, prometheus/promtool, iproute2, openssl, ...)
+#   2. a virtualenv in .venv with hypertopo and its test extras
+#   3. the control plane (kube-apiserver, kubectl, etcd) and kwok, built from the pinned Go
+#      modules in tests/controlplane and cached in ~/.cache/hypertopo (first run only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(lldpd prometheus tcpdump ethtool iproute2 openssl procps)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}" >&2
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+  echo "setup: creating .venv" >&2
+  python3 -m venv .venv
+fi
+echo "setup: installing hypertopo[test] into .venv" >&2
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' >&2
+
+echo "setup: control plane" >&2
+bash tests/controlplane/build.sh >/dev/null
+if [[ -f tests/controlplane/kwok/build_kwok.sh ]]; then
+  echo "setup: kwok" >&2
+  bash tests/controlplane/kwok/build_kwok.sh >/dev/null
+fi
+echo "setup: done" >&2

@@ -1,0 +1,229 @@
+"""RDMA probe: HCAs and their ports from sysfs `class/infiniband`.
+
+Why sysfs and not libibverbs/umad: the kernel already exports every fact the fabric model needs
+(Documentation/ABI/stable/sysfs-class-infiniband), reading it needs no device access, no
+privileges and no native library in the agent image, and a fixture tree can stand in for a host.
+
+Layout read here (per device `<dev>` under `class/infiniband/`):
+
+    node_guid, sys_image_guid     "0c42:a103:000b:ccd6" (four groups of four hex digits)
+    node_desc, fw_ver             free text
+    device -> ../../../0000:0c:00.0   the PCI function; `device/numa_node` (-1: no affinity)
+    device/net/<netdev>/dev_port  0-based port index of each netdev on that PCI function
+    ports/<n>/state               "4: ACTIVE"      (IBTA PortState: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE)
+    ports/<n>/phys_state          "5: LinkUp"      (PortPhysicalState: 2 Polling, 3 Disabled, ...)
+    ports/<n>/rate                "400 Gb/sec (4X NDR)"
+    ports/<n>/link_layer          "InfiniBand" | "Ethernet" (RoCE)
+    ports/<n>/lid, sm_lid         "0x1a" (hex)
+    ports/<n>/gids/<i>            "fe80:0000:...:0001" (unused entries are all zero)
+    ports/<n>/gid_attrs/ndevs/<i> netdev of a RoCE GID
+    ports/<n>/counters/*, counters_ext/*, hw_counters/*   error and traffic counters (metrics only;
+                                  IB data counters count 4-octet words, as the IBTA PMA defines)
+
+Absent hardware (no `class/infiniband` or an empty one) is ABSENT. A garbled or missing file never
+raises: the value becomes None/"UNKNOWN" and the result is DEGRADED with a reason naming the file.
+Port state is reported as read, not judged: an unused port that is DOWN is not a probe failure;
+the aggregator decides what a down port means for the fabric.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from agent.probes.sysfs_attr import Problems, list_dir, pci_address, read_int, read_text
+from agent.report import ComponentHealth, Health, ProbeResult, RdmaDevice, RdmaPort
+
+NO_DEVICES = "no RDMA devices"
+UNKNOWN_STATE = "UNKNOWN"
+UNKNOWN_PHYS_STATE = "Unknown"
+
+_GUID = re.compile(r"^[0-9a-f]{4}(:[0-9a-f]{4}){3}$")
+_GID = re.compile(r"^[0-9a-f]{4}(:[0-9a-f]{4}){7}$")
+_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+_NUMBERED_STATE = re.compile(r"^(\d+):\s*([A-Za-z][A-Za-z0-9_ ]*)$")
+_BARE_STATE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec\b")
+_LINK_LAYERS = ("InfiniBand", "Ethernet")
+_COUNTER_DIRS = ("counters", "counters_ext", "hw_counters")
+_NOT_AVAILABLE = "N/A"  # e.g. "N/A (no PMA)" from iWARP devices: counter not supported
+
+
+def probe(sysfs: Path) -> ProbeResult[tuple[RdmaDevice, ...]]:
+    """All RDMA devices under `<sysfs>/class/infiniband` (sysfs is the host's /sys, injected)."""
+    return probe_class_dir(sysfs / "class" / "infiniband")
+
+
+def probe_class_dir(class_dir: Path) -> ProbeResult[tuple[RdmaDevice, ...]]:
+    """All RDMA devices in a bare `class/infiniband` directory."""
+    names = list_dir(class_dir)
+    if names is None:
+        if class_dir.exists():
+            return ProbeResult.failed(f"{class_dir}: cannot list RDMA devices")
+        return ProbeResult.absent(NO_DEVICES)
+    if not names:
+        return ProbeResult.absent(NO_DEVICES)
+    problems = Problems(class_dir)
+    devices = []
+    for name in names:
+        if not (class_dir / name).is_dir():
+            problems.add(class_dir / name, "not a device directory (dangling link?)")
+            continue
+        devices.append(read_device(class_dir / name, problems))
+    return _result(tuple(devices), problems)
+
+
+def _result(devices: tuple[RdmaDevice, ...], problems: Problems) -> ProbeResult[tuple[RdmaDevice, ...]]:
+    if problems.reasons:
+        return ProbeResult(devices, ComponentHealth(Health.DEGRADED, "; ".join(problems.reasons)))
+    return ProbeResult(devices, ComponentHealth(Health.OK))
+
+
+def read_device(path: Path, problems: Problems) -> RdmaDevice:
+    """One HCA (`class/infiniband/<dev>`)."""
+    return RdmaDevice(
+        name=path.name,
+        node_guid=_guid(path / "node_guid", problems),
+        sys_image_guid=_guid(path / "sys_image_guid", problems),
+        node_desc=read_text(path / "node_desc", problems) or None,
+        firmware=read_text(path / "fw_ver", problems) or None,
+        pci_address=pci_address(path / "device"),
+        numa_node=_numa_node(path / "device" / "numa_node", problems),
+        ports=_ports(path, problems),
+    )
+
+
+def _guid(path: Path, problems: Problems) -> str | None:
+    text = read_text(path, problems)
+    if not text:
+        return None
+    if not _GUID.match(text.lower()):
+        problems.add(path, f"not a GUID: {text[:40]!r}")
+        return None
+    return text.lower()
+
+
+def _numa_node(path: Path, problems: Problems) -> int | None:
+    node = read_int(path, problems)
+    return node if node is not None and node >= 0 else None
+
+
+def _ports(device: Path, problems: Problems) -> tuple[RdmaPort, ...]:
+    names = list_dir(device / "ports")
+    if names is None:
+        problems.add(device / "ports", "missing: device has no ports directory")
+        return ()
+    ports = []
+    for name in names:
+        if not name.isdigit():
+            problems.add(device / "ports" / name, "not a port number")
+            continue
+        ports.append(read_port(device, int(name), problems))
+    return tuple(ports)
+
+
+def read_port(device: Path, number: int, problems: Problems) -> RdmaPort:
+    """One port (`class/infiniband/<dev>/ports/<n>`)."""
+    path = device / "ports" / str(number)
+    link_layer = read_text(path / "link_layer", problems, required=True)
+    if link_layer is not None and link_layer not in _LINK_LAYERS:
+        problems.add(path / "link_layer", f"unknown link layer: {link_layer[:40]!r}")
+    return RdmaPort(
+        port=number,
+        state=_state(path / "state", problems, UNKNOWN_STATE),
+        phys_state=_state(path / "phys_state", problems, UNKNOWN_PHYS_STATE),
+        rate_gbps=_rate(path / "rate", problems),
+        link_layer=link_layer or "unknown",
+        lid=read_int(path / "lid", problems, base=16),
+        sm_lid=read_int(path / "sm_lid", problems, base=16),
+        netdev=_netdev(device, number, problems),
+        gids=_gids(path / "gids", problems),
+        counters=_counters(path, problems),
+    )
+
+
+def parse_state(text: str) -> str | None:
+    """`"4: ACTIVE"` -> `"ACTIVE"`, `"5: LinkUp"` -> `"LinkUp"`; a bare word is kept; else None."""
+    match = _NUMBERED_STATE.match(text)
+    if match:
+        return match.group(2).strip()
+    return text if _BARE_STATE.match(text) else None
+
+
+def parse_rate(text: str) -> float | None:
+    """`"400 Gb/sec (4X NDR)"` -> 400.0, `"2.5 Gb/sec (1X SDR)"` -> 2.5; anything else None."""
+    match = _RATE.match(text)
+    return float(match.group(1)) if match else None
+
+
+def _state(path: Path, problems: Problems, unknown: str) -> str:
+    text = read_text(path, problems, required=True)
+    if text is None:
+        return unknown
+    state = parse_state(text)
+    if state is None:
+        problems.add(path, f"not a port state: {text[:40]!r}")
+        return unknown
+    return state
+
+
+def _rate(path: Path, problems: Problems) -> float | None:
+    text = read_text(path, problems, required=True)
+    if text is None:
+        return None
+    rate = parse_rate(text)
+    if rate is None:
+        problems.add(path, f"not a rate: {text[:40]!r}")
+    return rate
+
+
+def _gids(path: Path, problems: Problems) -> tuple[str, ...]:
+    gids = []
+    for index in list_dir(path) or ():
+        text = read_text(path / index)  # unpopulated entries may refuse to read: not a problem
+        if not text or text == _ZERO_GID:
+            continue
+        if not _GID.match(text.lower()):
+            problems.add(path / index, f"not a GID: {text[:60]!r}")
+            continue
+        gids.append(text.lower())
+    return tuple(gids)
+
+
+def _netdev(device: Path, port: int, problems: Problems) -> str | None:
+    """The netdev of a port: a RoCE port names it in its GID table; otherwise the netdev on the
+    same PCI function whose `dev_port` is this port's 0-based index (IPoIB: ib0 on port 1)."""
+    roce = read_text(device / "ports" / str(port) / "gid_attrs" / "ndevs" / "0")
+    if roce:
+        return roce
+    net = device / "device" / "net"
+    candidates = []
+    names = list_dir(net) or []
+    for name in names:
+        dev_port = read_int(net / name / "dev_port", problems)
+        if dev_port == port - 1 or (dev_port is None and len(names) == 1):
+            candidates.append(name)
+    # IPoIB child interfaces (ib0.8001) share the parent's dev_port: prefer the parent.
+    candidates.sort(key=lambda n: ("." in n, len(n), n))
+    return candidates[0] if candidates else None
+
+
+def _counters(port: Path, problems: Problems) -> dict[str, int]:
+    counters: dict[str, int] = {}
+    for directory in _COUNTER_DIRS:
+        for name in list_dir(port / directory) or ():
+            value = _counter(port / directory / name, problems)
+            if value is not None:
+                counters.setdefault(name, value)
+    return counters
+
+
+def _counter(path: Path, problems: Problems) -> int | None:
+    text = read_text(path)  # write-only or unsupported counters refuse to read: skip quietly
+    if text is None or text == "" or text.startswith(_NOT_AVAILABLE):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        problems.add(path, f"not a counter value: {text[:40]!r}")
+        return None

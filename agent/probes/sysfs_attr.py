@@ -1,0 +1,125 @@
+"""Reading single sysfs/procfs attribute files without ever raising.
+
+Kernel attribute files are small text values (one PAGE_SIZE at most, see
+Documentation/filesystems/sysfs.rst), but on real hosts they are also missing (older drivers),
+unreadable (EINVAL for a down link's `speed`, EPERM for write-only files) or garbled (binary junk
+from a broken firmware, a truncated fixture). The probes need to tell these apart: absent is a
+quiet `None`; garbled is a problem the probe reports by file name in its degraded health. This
+module keeps that bookkeeping in one place (`Problems`) so each probe reads like the ABI it parses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_MAX_ATTR_BYTES = 64 * 1024  # far above PAGE_SIZE: a bigger file is not a sysfs attribute
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+@dataclass
+class Problems:
+    """Collects human-readable reasons, each naming the file relative to `root`."""
+
+    root: Path
+    reasons: list[str] = field(default_factory=list)
+
+    def add(self, path: Path, what: str) -> None:
+        self.reasons.append(f"{self.name(path)}: {what}")
+
+    def name(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def read_bytes(path: Path) -> bytes | None:
+    """The raw content, or None when the file is absent or the kernel refuses to read it."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(_MAX_ATTR_BYTES + 1)
+    except OSError:
+        return None
+
+
+def read_text(path: Path, problems: Problems | None = None, *, required: bool = False) -> str | None:
+    """Stripped text of an attribute file.
+
+    Absent or unreadable: None (and a problem only when `required`). Binary or non-UTF-8 content,
+    or content too big for an attribute: None and a problem."""
+    raw = read_bytes(path)
+    if raw is None:
+        if required and problems is not None:
+            problems.add(path, "missing or unreadable")
+        return None
+    if len(raw) > _MAX_ATTR_BYTES or b"\x00" in raw:
+        if problems is not None:
+            problems.add(path, "binary or oversized content")
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        if problems is not None:
+            problems.add(path, "not UTF-8 text")
+        return None
+    if any(not ch.isprintable() and ch not in "\n\t" for ch in text):
+        if problems is not None:
+            problems.add(path, "control characters in content")
+        return None
+    return text.strip()
+
+
+def read_int(path: Path, problems: Problems | None = None, *, base: int = 10) -> int | None:
+    """An integer attribute (`base=16` accepts the `0x` prefix sysfs uses for LIDs)."""
+    text = read_text(path, problems)
+    if text is None or text == "":
+        return None
+    try:
+        return int(text, base)
+    except ValueError:
+        if problems is not None:
+            problems.add(path, f"not an integer: {text[:40]!r}")
+        return None
+
+
+def link_name(path: Path) -> str | None:
+    """The last component of a symlink's target (`device` -> `0000:0c:00.0`), or None.
+
+    Reads the link text instead of resolving it, so a fixture tree whose links point outside
+    itself still answers."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return None
+    name = os.path.basename(target.rstrip("/"))
+    return name or None
+
+
+def pci_address(device_link: Path) -> str | None:
+    """The PCI address a `device` symlink points at, or None when the parent is not PCI."""
+    name = link_name(device_link)
+    if name is not None and not _PCI_ADDRESS.match(name.lower()):
+        try:  # a link like `../..` names its target only once resolved
+            name = device_link.resolve().name
+        except (OSError, RuntimeError):
+            return None
+    if name is None or not _PCI_ADDRESS.match(name.lower()):
+        return None
+    return name.lower()
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that puts mlx5_2 before mlx5_10 and ib2 before ib10."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
+
+
+def list_dir(path: Path) -> list[str] | None:
+    """Entry names sorted naturally, or None when the directory is absent or unreadable."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return None
+    return sorted(names, key=natural_key)

@@ -1,0 +1,274 @@
+"""NVML probe: GPUs, their NVLinks, multi-node fabric clique and health, as a `NvmlReport`.
+
+Why: a HyperNode for an NVLink domain is only true if every GPU of the node is in the same
+completed fabric clique, and only healthy if its links are up and its GPUs have not fallen off the
+bus. NVML knows all of this; this module turns NVML's answers (through `NvmlBackend`, so it runs
+against the real library or a fake) into stable facts and health states.
+
+Rules:
+- No backend (no libnvidia-ml) or no GPUs: absent, quietly.
+- `NOT_SUPPORTED` means the feature is absent (no fabric info on HGX H100, no NVLinks on a PCIe
+  A40): the field is left out, health is untouched.
+- Any other NVML error on one call degrades that GPU with a reason naming the call and the error;
+  everything else is still reported. `GPU_IS_LOST` fails the GPU.
+- Critical XIDs seen recently (`xids`, from `XidWatcher.recent`) and uncorrected ECC errors degrade
+  or fail the GPU, per the XID catalogue in NVIDIA's "XID Errors" document.
+- A link down on a node whose NVLinks are otherwise up degrades the GPU.
+- The node-level `NvLinkDomain` exists when all GPUs share one completed clique of a real cluster
+  (non-zero cluster UUID); mixed cliques degrade the report.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TypeVar
+
+from agent.probes.nvml_backend import (
+    ERROR_COUNTERS,
+    GPU_IS_LOST,
+    NO_SUCH_LINK,
+    NOT_SUPPORTED,
+    DeviceHandle,
+    NvmlBackend,
+    NvmlError,
+    RemoteType,
+    XidEvent,
+)
+from agent.probes.nvml_xid import XID_DEGRADED, XID_FAILED, XidWatcher
+from agent.probes.pci_affinity import closest_nics, sysfs_bdf
+from agent.report import (
+    ComponentHealth,
+    Gpu,
+    GpuFabric,
+    Health,
+    NvLink,
+    NvLinkDomain,
+    NvmlReport,
+    ProbeResult,
+    RdmaDevice,
+)
+
+__all__ = ["NvmlBackend", "NvmlError", "RemoteType", "XidEvent", "XidWatcher", "probe"]
+
+R = TypeVar("R")
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass
+class _Issues:
+    """Health findings for one GPU, worst state wins; reasons kept in discovery order."""
+
+    failed: list[str] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+
+    def error(self, exc: NvmlError) -> None:
+        (self.failed if exc.name == GPU_IS_LOST else self.degraded).append(f"{exc.call}: {exc.name}")
+
+    def health(self, label: str) -> ComponentHealth:
+        if self.failed:
+            return ComponentHealth(Health.FAILED, f"{label}: {_collapse(self.failed + self.degraded)}")
+        if self.degraded:
+            return ComponentHealth(Health.DEGRADED, f"{label}: {_collapse(self.degraded)}")
+        return ComponentHealth(Health.OK)
+
+
+def _collapse(reasons: list[str]) -> str:
+    """One entry per distinct reason, in order, with a count when a call failed on many links."""
+    counts = collections.Counter(reasons)
+    return "; ".join(r if counts[r] == 1 else f"{r} ({counts[r]} times)" for r in dict.fromkeys(reasons))
+
+
+def _call(issues: _Issues, fn: Callable[..., R], *args: object) -> R | None:
+    """Runs one backend call; NOT_SUPPORTED -> None quietly, other errors -> None and an issue."""
+    try:
+        return fn(*args)
+    except NvmlError as exc:
+        if exc.name != NOT_SUPPORTED:
+            issues.error(exc)
+        return None
+
+
+def _links(backend: NvmlBackend, handle: DeviceHandle, issues: _Issues) -> tuple[NvLink, ...]:
+    links: list[NvLink] = []
+    for link in range(backend.max_links):
+        try:
+            up = backend.link_state(handle, link)
+        except NvmlError as exc:
+            if exc.name not in NO_SUCH_LINK:
+                issues.error(exc)
+            continue
+        links.append(_link(backend, handle, link, up, issues))
+    return tuple(links)
+
+
+def _link(backend: NvmlBackend, handle: DeviceHandle, link: int, up: bool, issues: _Issues) -> NvLink:
+    version = _call(issues, backend.link_version, handle, link)
+    remote: object | None = None
+    remote_bus: object | None = None
+    if up:  # remote end and counters are only meaningful on an active link
+        remote = _call(issues, backend.link_remote_type, handle, link)
+        remote_bus = _call(issues, backend.link_remote_pci_bus_id, handle, link)
+    counters: dict[str, int] = {}
+    for counter in ERROR_COUNTERS if up else ():
+        value = _call(issues, backend.link_error_counter, handle, link, counter)
+        if isinstance(value, int):
+            counters[counter] = value
+    return NvLink(
+        link=link,
+        state="up" if up else "down",
+        version=version if isinstance(version, int) else None,
+        remote_type=str(remote) if remote is not None else None,
+        remote_pci_bus_id=str(remote_bus) if remote_bus is not None else None,
+        error_counters=counters,
+    )
+
+
+def _fabric(backend: NvmlBackend, handle: DeviceHandle, issues: _Issues) -> GpuFabric | None:
+    fabric = _call(issues, backend.fabric_info, handle)
+    if not isinstance(fabric, GpuFabric) or fabric.state == "not-supported":
+        return None
+    if fabric.state != "completed":
+        issues.degraded.append(f"NVLink fabric registration {fabric.state}")
+    elif fabric.status != "success":
+        issues.degraded.append(f"NVLink fabric registration failed: {fabric.status}")
+    return fabric
+
+
+def _numa(backend: NvmlBackend, handle: DeviceHandle, bus_id: str, sysfs: Path, issues: _Issues) -> int | None:
+    """NVML's NUMA node, else the PCI device's `numa_node` in sysfs (-1 there means none)."""
+    numa = _call(issues, backend.numa_node, handle)
+    if isinstance(numa, int):
+        return numa
+    bdf = sysfs_bdf(bus_id)
+    try:
+        value = int((sysfs / "bus" / "pci" / "devices" / str(bdf) / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def _xid_health(xids: Mapping[int, int], issues: _Issues) -> None:
+    for xid in sorted(xids):
+        if xid in XID_FAILED:
+            issues.failed.append(f"XID {xid} ({XID_FAILED[xid]})")
+        elif xid in XID_DEGRADED:
+            issues.degraded.append(f"XID {xid} ({XID_DEGRADED[xid]})")
+
+
+def _gpu(backend: NvmlBackend, index: int, sysfs: Path, xids: Mapping[int, int]) -> Gpu:
+    issues = _Issues()
+    label = f"GPU {index}"
+    try:
+        handle = backend.handle(index)
+    except NvmlError as exc:
+        issues.error(exc)
+        issues.failed.append("GPU not reachable")
+        return Gpu(index=index, uuid="", name="", pci_bus_id="", health=issues.health(label))
+    uuid = _call(issues, backend.uuid, handle)
+    name = _call(issues, backend.name, handle)
+    bus_id = _call(issues, backend.pci_bus_id, handle)
+    bus = str(bus_id) if bus_id is not None else ""
+    if bus:
+        label = f"GPU {index} ({bus})"
+    links = _links(backend, handle, issues)
+    ecc = _call(issues, backend.uncorrected_ecc, handle)
+    if isinstance(ecc, int) and ecc > 0:
+        issues.degraded.append(f"{ecc} uncorrected ECC errors")
+    _xid_health(xids, issues)
+    return Gpu(
+        index=index,
+        uuid=str(uuid or ""),
+        name=str(name or ""),
+        pci_bus_id=bus,
+        numa_node=_numa(backend, handle, bus, sysfs, issues) if bus else None,
+        nvlinks=links,
+        fabric=_fabric(backend, handle, issues),
+        health=issues.health(label),
+        uncorrected_ecc=ecc if isinstance(ecc, int) else None,
+        xid_events=dict(xids),
+    )
+
+
+def _with_link_expectation(gpus: list[Gpu]) -> list[Gpu]:
+    """If any NVLink on the node is up, every link that exists should be up: down ones degrade."""
+    if not any(link.state == "up" for gpu in gpus for link in gpu.nvlinks):
+        return gpus
+    out = []
+    for gpu in gpus:
+        down = [str(link.link) for link in gpu.nvlinks if link.state != "up"]
+        if not down:
+            out.append(gpu)
+            continue
+        label = f"GPU {gpu.index} ({gpu.pci_bus_id})"
+        reason = f"NVLink {', '.join(down)} down ({len(gpu.nvlinks) - len(down)}/{len(gpu.nvlinks)} up)"
+        out.append(replace(gpu, health=_worse(gpu.health, Health.DEGRADED, label, reason)))
+    return out
+
+
+def _worse(health: ComponentHealth, state: Health, label: str, reason: str) -> ComponentHealth:
+    if health.state == Health.OK:
+        return ComponentHealth(state, f"{label}: {reason}")
+    return ComponentHealth(health.state, f"{health.reason}; {reason}")
+
+
+def _domain(gpus: Sequence[Gpu]) -> tuple[NvLinkDomain | None, str]:
+    """The node's NVLink domain and, when the GPUs disagree, the reason."""
+    fabrics = [g.fabric for g in gpus]
+    if not gpus or any(f is None or f.state != "completed" or f.status != "success" for f in fabrics):
+        return None, ""
+    cliques = sorted({(f.cluster_uuid, f.clique_id) for f in fabrics if f is not None})
+    if len(cliques) > 1:
+        seen = ", ".join(f"{u}/{c}" for u, c in cliques)
+        return None, f"GPUs are in different NVLink cliques: {seen}"
+    cluster_uuid, clique_id = cliques[0]
+    if cluster_uuid == ZERO_UUID:  # single-node NVSwitch board: fabric manager, no NVLink network
+        return None, ""
+    return NvLinkDomain(cluster_uuid=cluster_uuid, clique_id=clique_id, state="completed"), ""
+
+
+def _overall(gpus: Sequence[Gpu], domain_problem: str) -> ComponentHealth:
+    reasons = [g.health.reason for g in gpus if g.health.state != Health.OK]
+    if domain_problem:
+        reasons.append(domain_problem)
+    if any(g.health.state == Health.FAILED for g in gpus):
+        return ComponentHealth(Health.FAILED, "; ".join(reasons))
+    if reasons:
+        return ComponentHealth(Health.DEGRADED, "; ".join(reasons))
+    return ComponentHealth(Health.OK)
+
+
+def probe(
+    backend: NvmlBackend | None,
+    *,
+    sysfs: Path,
+    rdma: Sequence[RdmaDevice] = (),
+    xids: Mapping[int, Mapping[int, int]] | None = None,
+) -> ProbeResult[NvmlReport]:
+    """GPUs, NVLinks, fabric and health from NVML; `xids` = recent XID counts per GPU index."""
+    if backend is None:
+        return ProbeResult.absent("NVML library not found")
+    try:
+        return _probe(backend, sysfs, rdma, xids or {})
+    except Exception as exc:  # a binding bug must not take the agent down: say so instead
+        return ProbeResult.failed(f"NVML probe error: {exc!r}")
+
+
+def _probe(
+    backend: NvmlBackend, sysfs: Path, rdma: Sequence[RdmaDevice], recent: Mapping[int, Mapping[int, int]]
+) -> ProbeResult[NvmlReport]:
+    try:
+        count = backend.device_count()
+        driver = backend.driver_version()
+    except NvmlError as exc:
+        return ProbeResult.failed(str(exc))
+    if count == 0:
+        return ProbeResult.absent("no NVIDIA GPUs")
+    gpus = _with_link_expectation([_gpu(backend, i, sysfs, recent.get(i, {})) for i in range(count)])
+    affinity = closest_nics(sysfs, [g.pci_bus_id for g in gpus if g.pci_bus_id], rdma)
+    gpus = [replace(g, nics=affinity.get(g.pci_bus_id, ())) for g in gpus]
+    domain, problem = _domain(gpus)
+    report = NvmlReport(driver_version=driver, gpus=tuple(gpus), domain=domain)
+    return ProbeResult(report, _overall(gpus, problem))

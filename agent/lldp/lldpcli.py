@@ -1,0 +1,205 @@
+"""Parsers for what a host lldpd prints: `lldpcli -f json`, `-f json0` and `-f keyvalue`.
+
+Some nodes already run lldpd (often for the switch team); reading it is cheaper than a second
+listener and works where the NIC hides LLDP frames from the kernel. The three output formats
+carry the same facts in different shapes:
+
+- `json` collapses single-element lists and keys the chassis by its name, so an interface list
+  with one entry becomes an object, and `mgmt-ip` is a string or a list;
+- `json0` keeps every list and puts names in `"name"` / `"value"` members;
+- `keyvalue` prints `lldp.<interface>.<path>=<value>` lines, with multi-line values continuing
+  on lines of their own (a Cisco system description).
+
+All three end in the same `LldpNeighbour` the raw-frame path builds (lldpd's subtype names).
+A TTL that lldpd did not print is reported as 0 (unknown).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from agent.report import LldpNeighbour
+
+CHASSIS_ID_TYPES = ("chassis", "ifalias", "port", "mac", "ip", "ifname", "local", "unhandled")
+PORT_ID_TYPES = ("ifalias", "port", "mac", "ip", "ifname", "agent-circuit-id", "local", "unhandled")
+
+
+class LldpcliError(ValueError):
+    """Output that is not lldpcli json/json0/keyvalue, with the reason."""
+
+
+def parse_json(text: str) -> list[LldpNeighbour]:
+    """Neighbours from `lldpcli -f json` or `-f json0` output (the format is detected)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LldpcliError(f"not JSON: {exc}") from exc
+    if not isinstance(doc, Mapping) or "lldp" not in doc:
+        raise LldpcliError('lldpcli JSON has no top-level "lldp" member')
+    try:
+        if isinstance(doc["lldp"], list):
+            return [n for top in doc["lldp"] for n in _json0_interfaces(top)]
+        return list(_json_interfaces(doc["lldp"]))
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        raise LldpcliError(f"unexpected lldpcli JSON shape: {exc!r}") from exc
+
+
+# --- json -------------------------------------------------------------------------------------
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _json_interfaces(lldp: Mapping[str, Any]) -> Iterator[LldpNeighbour]:
+    for entry in _as_list(lldp.get("interface")):
+        for ifname, body in entry.items():
+            neighbour = _json_neighbour(ifname, body)
+            if neighbour:
+                yield neighbour
+
+
+def _json_chassis(chassis: Mapping[str, Any]) -> tuple[str | None, Mapping[str, Any]]:
+    """`chassis` is {name: {...}} when the neighbour sent a system name, else the body itself."""
+    if isinstance(chassis.get("id"), Mapping) and "type" in chassis["id"]:
+        return None, chassis
+    name, body = next(iter(chassis.items()), (None, {}))
+    return name, body
+
+
+def _json_neighbour(ifname: str, body: Mapping[str, Any]) -> LldpNeighbour | None:
+    name, chassis = _json_chassis(body.get("chassis") or {})
+    port = body.get("port") or {}
+    chassis_id, port_id = chassis.get("id") or {}, port.get("id") or {}
+    if "value" not in chassis_id or "value" not in port_id:
+        return None
+    return LldpNeighbour(
+        interface=ifname,
+        chassis_id=str(chassis_id["value"]),
+        chassis_id_subtype=chassis_id.get("type"),
+        port_id=str(port_id["value"]),
+        port_id_subtype=port_id.get("type"),
+        ttl=_ttl(port.get("ttl", chassis.get("ttl"))),
+        port_description=port.get("descr"),
+        system_name=name,
+        system_description=chassis.get("descr"),
+        management_addresses=tuple(str(a) for a in _as_list(chassis.get("mgmt-ip"))),
+    )
+
+
+def _ttl(value: Any) -> int:
+    text = str(value).strip() if value is not None else ""
+    return int(text) if text.isdigit() else 0
+
+
+# --- json0 ------------------------------------------------------------------------------------
+
+
+def _values(items: Any) -> list[str]:
+    return [str(item["value"]) for item in _as_list(items) if isinstance(item, Mapping) and "value" in item]
+
+
+def _first(items: Any) -> str | None:
+    values = _values(items)
+    return values[0] if values else None
+
+
+def _only(items: Any) -> Mapping[str, Any]:
+    """The first object of a json0 list (json0 wraps every member in a list)."""
+    first: Any = next(iter(_as_list(items)), {})
+    return first if isinstance(first, Mapping) else {}
+
+
+def _json0_interfaces(top: Mapping[str, Any]) -> Iterator[LldpNeighbour]:
+    for entry in _as_list(top.get("interface")):
+        chassis, port = _only(entry.get("chassis")), _only(entry.get("port"))
+        chassis_id, port_id = _only(chassis.get("id")), _only(port.get("id"))
+        if "value" not in chassis_id or "value" not in port_id:
+            continue
+        yield LldpNeighbour(
+            interface=str(entry["name"]),
+            chassis_id=str(chassis_id["value"]),
+            chassis_id_subtype=chassis_id.get("type"),
+            port_id=str(port_id["value"]),
+            port_id_subtype=port_id.get("type"),
+            ttl=_ttl(_first(port.get("ttl")) or _first(chassis.get("ttl"))),
+            port_description=_first(port.get("descr")),
+            system_name=_first(chassis.get("name")),
+            system_description=_first(chassis.get("descr")),
+            management_addresses=tuple(_values(chassis.get("mgmt-ip"))),
+        )
+
+
+# --- keyvalue ---------------------------------------------------------------------------------
+
+# The interface name may itself hold dots (eth0.100), so it ends where a known top-level key starts.
+_KEYVALUE = re.compile(
+    r"^lldp\.(?P<ifname>.+?)\.(?P<key>(?:via|rid|age|chassis|port|vlan|ppvid|pi|lldp-med|unknown-tlvs)"
+    r"(?:\.[^=]*)?)=(?P<value>.*)$"
+)
+
+
+def _keyvalue_records(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Groups lines into one record per neighbour: (interface, [(key, value), ...]).
+
+    A second `via` for an interface starts its next neighbour; a line that is not `lldp.` (and not
+    a `#` comment) continues the previous value, as lldpcli prints multi-line values verbatim."""
+    records: list[tuple[str, list[tuple[str, str]]]] = []
+    by_interface: dict[str, list[tuple[str, str]]] = {}
+    last: list[tuple[str, str]] | None = None
+    for line in text.splitlines():
+        match = _KEYVALUE.match(line)
+        if not match:
+            if last and line.strip() and not line.startswith("#"):
+                key, value = last[-1]
+                last[-1] = (key, f"{value}\n{line}")
+            continue
+        ifname, key = match["ifname"], match["key"]
+        pairs = by_interface.get(ifname)
+        if pairs is None or (key == "via" and any(k == "via" for k, _ in pairs)):
+            pairs = by_interface[ifname] = []
+            records.append((ifname, pairs))
+        pairs.append((key, match["value"]))
+        last = pairs
+    return records
+
+
+def _keyvalue_neighbour(ifname: str, pairs: list[tuple[str, str]]) -> LldpNeighbour | None:
+    first: dict[str, str] = {}
+    addresses: list[str] = []
+    for key, value in pairs:
+        first.setdefault(key, value)
+        if key == "chassis.mgmt-ip":
+            addresses.append(value)
+    chassis_type = next((t for t in CHASSIS_ID_TYPES if f"chassis.{t}" in first), None)
+    port_type = next((t for t in PORT_ID_TYPES if f"port.{t}" in first), None)
+    if chassis_type is None or port_type is None:
+        return None
+    return LldpNeighbour(
+        interface=ifname,
+        chassis_id=first[f"chassis.{chassis_type}"],
+        chassis_id_subtype=chassis_type,
+        port_id=first[f"port.{port_type}"],
+        port_id_subtype=port_type,
+        ttl=_ttl(first.get("port.ttl", first.get("chassis.ttl"))),
+        port_description=first.get("port.descr"),
+        system_name=first.get("chassis.name"),
+        system_description=first.get("chassis.descr"),
+        management_addresses=tuple(addresses),
+    )
+
+
+def parse_keyvalue(text: str) -> list[LldpNeighbour]:
+    """Neighbours from `lldpcli -f keyvalue` output; entries without chassis and port IDs (a
+    VLAN-only fragment) are skipped."""
+    out = []
+    for ifname, pairs in _keyvalue_records(text):
+        neighbour = _keyvalue_neighbour(ifname, pairs)
+        if neighbour:
+            out.append(neighbour)
+    return out

@@ -1,0 +1,127 @@
+"""The LLDP probe: which switch port each interface is cabled to, from frames heard on the wire.
+
+LLDP is push-only: a neighbour announces itself every tx-interval with a TTL, and we believe it
+until the TTL runs out or it sends a shutdown LLDPDU (TTL 0, 802.1AB 9.2.7.7). So the probe is a
+table fed by a listener (`agent.adapters.raw_socket`) and read by the report: `observe` takes one
+frame, `snapshot` returns the neighbours still alive. Time is a parameter (monotonic seconds), so
+tests move the clock instead of sleeping.
+
+Neighbours are keyed by interface and MSAP identifier (chassis ID + port ID, 802.1AB 9.2.7.7);
+the reported `ttl` is the advertised hold time, not the seconds left, so a steady neighbour gives
+the same report every probe (no API writes). A frame that cannot be parsed is counted and its
+reason returned; it never removes what we knew.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+from agent.lldp import lldpcli
+from agent.lldp.frame import LldpFrame, MalformedFrame, parse
+from agent.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
+
+MAX_NEIGHBOURS_PER_INTERFACE = 32  # a flood of forged chassis IDs must not grow memory without bound
+
+
+@dataclass(frozen=True)
+class _Entry:
+    neighbour: LldpNeighbour
+    expires: float
+
+
+def neighbour_from_frame(interface: str, frame: LldpFrame) -> LldpNeighbour:
+    return LldpNeighbour(
+        interface=interface,
+        chassis_id=frame.chassis_id,
+        port_id=frame.port_id,
+        ttl=frame.ttl,
+        chassis_id_subtype=frame.chassis_id_subtype,
+        port_id_subtype=frame.port_id_subtype,
+        port_description=frame.port_description,
+        system_name=frame.system_name,
+        system_description=frame.system_description,
+        management_addresses=tuple(m.address for m in frame.management_addresses),
+    )
+
+
+class NeighbourTable:
+    """Neighbours per interface with TTL expiry; safe to feed from one thread and read from another.
+
+    `generation` grows whenever the neighbour set or a neighbour's content changes, so a listener
+    can tell "changed" from "refreshed" without comparing snapshots."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str, str], _Entry] = {}
+        self.generation = 0
+        self.frames = Counter[str]()  # accepted frames per interface (metrics)
+        self.rejected = Counter[str]()  # rejected frames per interface (metrics)
+        self.last_reject: dict[str, str] = {}  # interface -> reason of its latest rejected frame
+
+    def observe(self, interface: str, frame: bytes, now: float) -> str | None:
+        """Takes one received frame; returns None, or the reason it was rejected."""
+        try:
+            parsed = parse(frame)
+        except MalformedFrame as exc:
+            with self._lock:
+                self.rejected[interface] += 1
+                self.last_reject[interface] = exc.reason
+            return exc.reason
+        with self._lock:
+            self.frames[interface] += 1
+            return self._store(neighbour_from_frame(interface, parsed), now)
+
+    def _store(self, neighbour: LldpNeighbour, now: float) -> str | None:
+        key = (neighbour.interface, neighbour.chassis_id, neighbour.port_id)
+        old = self._entries.get(key)
+        if neighbour.ttl == 0:
+            if old:
+                del self._entries[key]
+                self.generation += 1
+            return None
+        if old is None and self._count(neighbour.interface) >= MAX_NEIGHBOURS_PER_INTERFACE:
+            self.rejected[neighbour.interface] += 1
+            reason = f"more than {MAX_NEIGHBOURS_PER_INTERFACE} neighbours on {neighbour.interface}"
+            self.last_reject[neighbour.interface] = reason
+            return reason
+        self._entries[key] = _Entry(neighbour, now + neighbour.ttl)
+        if old is None or old.neighbour != neighbour:
+            self.generation += 1
+        return None
+
+    def _count(self, interface: str) -> int:
+        return sum(1 for key in self._entries if key[0] == interface)
+
+    def expire(self, now: float) -> bool:
+        """Drops neighbours whose TTL ran out; True when any did."""
+        with self._lock:
+            dead = [key for key, entry in self._entries.items() if entry.expires <= now]
+            for key in dead:
+                del self._entries[key]
+            if dead:
+                self.generation += 1
+            return bool(dead)
+
+    def forget(self, interface: str) -> bool:
+        """Drops every neighbour of an interface (it went away or down); True when any were known."""
+        with self._lock:
+            keys = [key for key in self._entries if key[0] == interface]
+            for key in keys:
+                del self._entries[key]
+            if keys:
+                self.generation += 1
+            return bool(keys)
+
+    def snapshot(self, now: float) -> ProbeResult[tuple[LldpNeighbour, ...]]:
+        """The neighbours alive at `now`, sorted by interface, chassis ID and port ID."""
+        self.expire(now)
+        with self._lock:
+            neighbours = tuple(self._entries[key].neighbour for key in sorted(self._entries))
+        return ProbeResult(neighbours, ComponentHealth(Health.OK))
+
+
+def from_lldpcli_json(text: str) -> list[LldpNeighbour]:
+    """Neighbours from `lldpcli -f json` / `-f json0` output; raises `lldpcli.LldpcliError`."""
+    return lldpcli.parse_json(text)

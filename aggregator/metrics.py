@@ -1,0 +1,132 @@
+"""The aggregator's /metrics, /healthz and /readyz (port 9731).
+
+What an operator needs to trust the controller: how many HyperNodes per tier are Ready, how long a
+reconcile takes, how many API writes it makes (an idle cluster must show none), how many agents are
+stale, and which replica leads. The registry is injected so tests read a fresh one.
+HyperNode counts are a snapshot replaced after each reconcile and exported by a collector, so a
+scrape never sees a half-updated set.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+PREFIX = "hypertopo_aggregator"
+
+
+def _ready_of(obj: Mapping[str, Any]) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return str(cond.get("status", "Unknown"))
+    return "Unknown"
+
+
+class _HyperNodeCounts(Collector):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str, str]] = Counter()
+
+    def replace(self, hypernodes: Iterable[Mapping[str, Any]]) -> None:
+        counts: Counter[tuple[str, str, str]] = Counter()
+        for obj in hypernodes:
+            spec = obj.get("spec") or {}
+            counts[(str(spec.get("tier", "")), str(spec.get("tierName", "")), _ready_of(obj))] += 1
+        with self._lock:
+            self._counts = counts
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            f"{PREFIX}_hypernodes",
+            "HyperNodes owned by hypertopo, by tier, tier name and Ready condition status",
+            labels=["tier", "tier_name", "ready"],
+        )
+        with self._lock:
+            for (tier, name, ready), count in sorted(self._counts.items()):
+                family.add_metric([tier, name, ready], count)
+        yield family
+
+
+class AggregatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self._hypernodes = _HyperNodeCounts()
+        r.register(self._hypernodes)
+        self.reconcile_seconds = Histogram(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Time of one reconcile: pipeline compute, diff and the API writes it needed",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.api_writes = PromCounter(
+            f"{PREFIX}_api_writes", "Successful API writes by verb and resource", ["verb", "resource"], registry=r
+        )
+        self.reconcile_errors = PromCounter(
+            f"{PREFIX}_reconcile_errors", "Reconcile steps that failed (API errors, clashes)", ["kind"], registry=r
+        )
+        self.stale_agents = Gauge(
+            f"{PREFIX}_stale_agents", "Nodes with a NodeTopology whose agent pod is missing or not Ready", registry=r
+        )
+        self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the leader lease", registry=r)
+        self.clashes = Gauge(
+            f"{PREFIX}_hypernode_name_clashes",
+            "Desired HyperNode names taken by objects without hypertopo's ownership labels",
+            registry=r,
+        )
+
+    def count_write(self, verb: str, resource: str) -> None:
+        self.api_writes.labels(verb=verb, resource=resource).inc()
+
+    def set_hypernodes(self, hypernodes: Sequence[Mapping[str, Any]]) -> None:
+        self._hypernodes.replace(hypernodes)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`:9731` -> ("0.0.0.0", 9731); `127.0.0.1:0` -> ("127.0.0.1", 0)."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def serve(
+    registry: CollectorRegistry,
+    listen: str,
+    *,
+    healthy: Callable[[], bool],
+    ready: Callable[[], bool],
+) -> ThreadingHTTPServer:
+    """Starts /metrics, /healthz and /readyz on a daemon thread; `.shutdown()` stops it."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/readyz"):
+                ok = healthy() if path == "/healthz" else ready()
+                self._reply(200 if ok else 503, b"ok\n" if ok else b"not ok\n", "text/plain")
+            else:
+                self._reply(404, b"not found\n", "text/plain")
+
+        def _reply(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(parse_listen(listen), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

@@ -1,0 +1,92 @@
+"""Aggregate capacity per domain: how many of the gang's pods each node, leaf and HyperNode could hold.
+
+This is what lets the core avoid a dry-run allocation in every HyperNode (Volcano's cost): one
+pass over the nodes counts the pods of the gang's shape each node fits, one pass over the leaves
+adds those counts up the ancestor chains. A domain whose count is below the gang size cannot
+host it; for a single-shape gang the count is exact, so the first allocation tried succeeds.
+Mixed-shape gangs use an upper bound (the most of the gang's pods a node holds alone, smallest
+first), so pruning stays safe and the allocation itself confirms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aggregator.placement.gang import ROOT, Gang
+from aggregator.placement.resources import Resources
+from aggregator.placement.topology import Topology
+
+LOOSE = "node/"  # prefix of the pseudo-leaf of a node that belongs to no HyperNode
+
+
+def leaf_key(topology: Topology, node: str) -> str:
+    return topology.node_leaf.get(node) or LOOSE + node
+
+
+@dataclass
+class Capacity:
+    """Per-decision counts (mutable while built, then only read)."""
+
+    node_cap: dict[str, int]  # usable node -> pods of the gang it fits (> 0 only)
+    leaf_cap: dict[str, int]  # leaf (or pseudo-leaf) -> sum over its usable nodes
+    domain_cap: dict[str, int]  # HyperNode (and ROOT) -> sum over its leaves
+    leaf_nodes: dict[str, list[str]]  # leaf -> its nodes with capacity, sorted by name
+    blocked: frozenset[str]  # HyperNodes that cannot host (not Ready, excluded, or below such)
+
+
+def _mixed_count(free: Resources, requests: Sequence[Resources]) -> int:
+    """Most pods of the (ascending) requests one node can hold alone: an upper bound per node."""
+    count = 0
+    left = free
+    for request in requests:
+        if not left.covers(request):
+            break
+        left = left - request
+        count += 1
+    return count
+
+
+def _blocked(topology: Topology, excluded_domains: frozenset[str]) -> frozenset[str]:
+    if not excluded_domains:
+        return frozenset(d for d, ok in topology.usable.items() if not ok)
+    return frozenset(d for d, chain in topology.chains.items()
+                     if not topology.usable[d] or any(up in excluded_domains for up in chain))
+
+
+def measure(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
+            excluded_nodes: frozenset[str] = frozenset(),
+            excluded_domains: frozenset[str] = frozenset()) -> Capacity:
+    """Count, bottom-up, the gang's pods every node/leaf/domain can hold."""
+    blocked = _blocked(topology, excluded_domains)
+    total = len(gang.pods)
+    node_cap: dict[str, int] = {}
+    requests = sorted(p.request for p in gang.pods)
+    shape = requests[0] if gang.homogeneous and requests else None
+    node_leaf = topology.node_leaf
+    for node, have in free.items():
+        if node in excluded_nodes or node_leaf.get(node) in blocked:
+            continue
+        fits = have.count(shape) if shape is not None else _mixed_count(have, requests)
+        if fits > 0:
+            node_cap[node] = min(fits, total)
+    leaf_cap: dict[str, int] = {}
+    leaf_nodes: dict[str, list[str]] = {}
+    for node in sorted(node_cap):
+        key = node_leaf.get(node) or LOOSE + node
+        leaf_cap[key] = leaf_cap.get(key, 0) + node_cap[node]
+        leaf_nodes.setdefault(key, []).append(node)
+    domain_cap: dict[str, int] = {ROOT: 0}
+    chains = topology.chains
+    for key, cap in leaf_cap.items():
+        domain_cap[ROOT] += cap
+        for up in chains.get(key, ()):
+            domain_cap[up] = domain_cap.get(up, 0) + cap
+    return Capacity(node_cap, leaf_cap, domain_cap, leaf_nodes, blocked)
+
+
+def leaves_in(topology: Topology, capacity: Capacity, domain: str) -> list[str]:
+    """Leaves below `domain` (every leaf and pseudo-leaf for ROOT) that can hold a pod."""
+    if domain == ROOT:
+        return sorted(capacity.leaf_cap)
+    return [leaf for leaf in topology.leaves_below[domain] if leaf in capacity.leaf_cap]

@@ -1,0 +1,263 @@
+"""The placement core: put a gang in the lowest HyperNode that holds it, touching as few leaves as
+possible, packing nodes best-fit; deterministic, and without a dry run in every HyperNode.
+
+Objective, in order:
+1. the lowest tier of the gang's lowest common HyperNode (running pods of the gang included);
+2. the fewest leaves (immediate HyperNodes of the nodes used), as Slurm's tree plugin fills one
+   leaf before the next;
+3. best fit: among domains, the one left with the least spare capacity; among leaves and nodes,
+   "the smallest that covers what is left, else the largest", which keeps big holes whole;
+4. names break the remaining ties, so the same input gives the same answer.
+
+How: `capacity.measure` counts, once per decision, the gang's pods each node/leaf/HyperNode can
+hold. Tiers are walked from the lowest up to the limit (soft mode then climbs); in the first tier
+with a domain big enough, domains are ranked by the leaves they would need (a sort of their leaf
+counts, not an allocation) and the allocation runs once, in the best. Only mixed-shape gangs,
+whose counts are upper bounds, may need a second candidate.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from aggregator.placement.capacity import Capacity, leaf_key, leaves_in, measure
+from aggregator.placement.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
+from aggregator.placement.resources import Resources
+from aggregator.placement.topology import Topology
+
+__all__ = ["describe", "lowest_feasible_tier", "place", "resolve_limit"]
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One decision's fixed inputs, bundled so the helpers stay short."""
+
+    topology: Topology
+    free: Mapping[str, Resources]
+    gang: Gang
+    capacity: Capacity
+    anchors: frozenset[str]  # nodes of the gang's running pods
+    allowed: frozenset[str] | None  # domains that contain every anchor; None = any
+
+
+def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
+          excluded_nodes: frozenset[str] = frozenset(),
+          excluded_domains: frozenset[str] = frozenset()) -> Placement:
+    """A node for every pod of `gang` (at least `min_member`), or the reason none fits."""
+    if not gang.pods:
+        return describe(topology, {}, gang.running.values())
+    capacity = measure(topology, free, gang, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
+    ask = _Ask(topology, free, gang, capacity, frozenset(gang.running.values()), _allowed(topology, gang))
+    limit, problem = resolve_limit(topology, gang)
+    if problem:
+        return Placement({}, failure=Unplaceable(problem, gang.required))
+    for tier in tier_order(topology, limit, gang.mode):
+        for domain in ranked(ask, tier):
+            assignments = _allocate(ask, domain)
+            if assignments is not None:
+                return describe(topology, assignments, ask.anchors)
+    return Placement({}, failure=_explain(ask, limit))
+
+
+def resolve_limit(topology: Topology, gang: Gang) -> tuple[int | None, str]:
+    """The highest tier the gang may span (None = no limit) and a problem, if the name is unknown."""
+    limit = gang.highest_tier
+    if gang.highest_tier_name:
+        named = topology.tier_of_name(gang.highest_tier_name)
+        if named is None and gang.mode is Mode.HARD:
+            known = ", ".join(f"{t}={n}" for t, n in sorted(topology.tier_names.items())) or "none"
+            return None, f"highest tier name {gang.highest_tier_name!r} matches no tier (tiers: {known})"
+        if named is not None:
+            limit = named if limit is None else min(limit, named)
+    return limit, ""
+
+
+def tier_order(topology: Topology, limit: int | None, mode: Mode) -> list[int]:
+    """Tiers to try, lowest first; the virtual ROOT is one above the top tier."""
+    every = [*topology.tiers, topology.top_tier + 1]
+    if limit is None:
+        return every
+    within = [t for t in every if t <= limit]
+    return within + [t for t in every if t > limit] if mode is Mode.SOFT else within
+
+
+def _allowed(topology: Topology, gang: Gang) -> frozenset[str] | None:
+    if not gang.running:
+        return None
+    lca = topology.lca(gang.running.values())
+    return frozenset({ROOT}) if lca is None else frozenset({*topology.chains[lca], ROOT})
+
+
+def _domains_of_tier(ask: _Ask, tier: int) -> list[str]:
+    topology = ask.topology
+    if tier == topology.top_tier + 1:
+        return [ROOT]
+    return [d for d in topology.by_tier.get(tier, ()) if d not in ask.capacity.blocked]
+
+
+def ranked(ask: _Ask, tier: int) -> Iterator[str]:
+    """Domains of `tier` that can hold the gang, best first (fits all, fewest leaves, best fit, name)."""
+    caps = ask.capacity.domain_cap
+    total, required = len(ask.gang.pods), max(1, ask.gang.required)
+    scored = []
+    for domain in _domains_of_tier(ask, tier):
+        cap = caps.get(domain, 0)
+        if cap < required or (ask.allowed is not None and domain not in ask.allowed):
+            continue
+        target = min(cap, total)
+        scored.append((cap < total, _leaves_needed(ask, domain, target), cap - target, domain))
+    scored.sort()
+    return (domain for *_, domain in scored)
+
+
+def _anchor_leaves(ask: _Ask) -> set[str]:
+    return {leaf_key(ask.topology, n) for n in ask.anchors}
+
+
+def _leaves_needed(ask: _Ask, domain: str, target: int) -> int:
+    """Fewest new leaves that hold `target` pods once the anchors' leaves are full."""
+    anchored = _anchor_leaves(ask)
+    leaf_cap = ask.capacity.leaf_cap
+    caps = []
+    for leaf in leaves_in(ask.topology, ask.capacity, domain):
+        if leaf in anchored:
+            target -= leaf_cap[leaf]
+        else:
+            caps.append(leaf_cap[leaf])
+    caps.sort(reverse=True)
+    used = 0
+    for cap in caps:
+        if target <= 0:
+            break
+        target -= cap
+        used += 1
+    return used
+
+
+def cover(items: Iterable[tuple[str, int, bool]], need: int) -> list[tuple[str, int]]:
+    """Pick (key, share) from (key, capacity, preferred) items to hold `need`: repeatedly the smallest
+    item that covers what is left, else the largest; ties go to preferred items, then names.
+    This uses the fewest items (the largest-first count) and fits the last one best."""
+    order = sorted(items, key=lambda it: (it[1], not it[2], it[0]))
+    caps = [cap for _, cap, _ in order]
+    chosen: list[tuple[str, int]] = []
+    while need > 0 and order:
+        i = bisect_left(caps, need)
+        if i == len(caps):
+            i = bisect_left(caps, caps[-1])
+        share = min(need, caps[i])
+        chosen.append((order[i][0], share))
+        need -= share
+        del order[i], caps[i]
+    return chosen
+
+
+def _slots(ask: _Ask, domain: str, target: int) -> list[tuple[str, int]]:
+    """(node, pods) for `target` pods in `domain`: anchors' leaves first, then `cover` on leaves,
+    then `cover` on each chosen leaf's nodes."""
+    capacity, preferred = ask.capacity, ask.gang.preferred_nodes
+    anchored = _anchor_leaves(ask)
+    leaves = leaves_in(ask.topology, capacity, domain)
+
+    def leaf_items(keys: Iterable[str]) -> list[tuple[str, int, bool]]:
+        return [(k, capacity.leaf_cap[k], any(n in preferred for n in capacity.leaf_nodes[k])) for k in keys]
+
+    picks = cover(leaf_items(k for k in leaves if k in anchored), target)
+    left = target - sum(share for _, share in picks)
+    picks += cover(leaf_items(k for k in leaves if k not in anchored), left)
+    slots: list[tuple[str, int]] = []
+    for leaf, share in picks:
+        nodes = capacity.leaf_nodes[leaf]
+        slots += cover(((n, capacity.node_cap[n], n in preferred) for n in nodes), share)
+    return slots
+
+
+def _allocate(ask: _Ask, domain: str) -> dict[str, str] | None:
+    """Pod -> node inside `domain`, or None when a mixed-shape gang does not really fit there."""
+    target = min(ask.capacity.domain_cap.get(domain, 0), len(ask.gang.pods))
+    slots = _slots(ask, domain, target)
+    pods = sorted(ask.gang.pods, key=lambda p: (p.request, p.name), reverse=True) \
+        if not ask.gang.homogeneous else sorted(ask.gang.pods, key=lambda p: p.name)
+    if ask.gang.homogeneous:
+        names = iter(pods)
+        return {next(names).name: node for node, share in slots for _ in range(share)}
+    return _pack_mixed(ask, domain, pods, slots)
+
+
+def _pack_mixed(ask: _Ask, domain: str, pods: list[PodSpec], slots: list[tuple[str, int]]) -> dict[str, str] | None:
+    """First fit, largest pod first: on the chosen slots, then on any node of the domain."""
+    left = {node: ask.free[node] for node, _ in slots}
+    room = dict(slots)
+    out: dict[str, str] = {}
+    rest = [n for leaf in leaves_in(ask.topology, ask.capacity, domain) for n in ask.capacity.leaf_nodes[leaf]]
+    for pod in pods:
+        node = next((n for n, _ in slots if room[n] > 0 and left[n].covers(pod.request)), None)
+        if node is None:
+            node = next((n for n in rest if left.setdefault(n, ask.free[n]).covers(pod.request)), None)
+        if node is None:
+            continue
+        room[node] = room.get(node, 0) - 1
+        left[node] = left[node] - pod.request
+        out[pod.name] = node
+    return out if len(out) >= ask.gang.required else None
+
+
+def describe(topology: Topology, assignments: Mapping[str, str], anchors: Iterable[str] = ()) -> Placement:
+    """A Placement for given assignments: lowest common HyperNode, its tier, leaves and nodes used."""
+    nodes = set(assignments.values()) | set(anchors)
+    if not nodes:
+        return Placement(dict(assignments))
+    lca = topology.lca(nodes)
+    domain = lca if lca is not None else ROOT
+    tier = topology.domains[lca].tier if lca is not None else topology.top_tier + 1
+    leaves = len({leaf_key(topology, n) for n in nodes})
+    return Placement(dict(assignments), tier=tier, domain=domain, leaves=leaves, nodes=len(nodes))
+
+
+def lowest_feasible_tier(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
+                         excluded_nodes: frozenset[str] = frozenset(),
+                         excluded_domains: frozenset[str] = frozenset()) -> int | None:
+    """The lowest tier with a domain big enough for the gang by aggregate count, ignoring limits
+    (exact for single-shape gangs); None when nothing holds it."""
+    capacity = measure(topology, free, gang, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
+    ask = _Ask(topology, free, gang, capacity, frozenset(gang.running.values()), _allowed(topology, gang))
+    for tier in tier_order(topology, None, Mode.SOFT):
+        if next(ranked(ask, tier), None) is not None:
+            return tier
+    return None
+
+
+def _explain(ask: _Ask, limit: int | None) -> Unplaceable:
+    topology, capacity, gang = ask.topology, ask.capacity, ask.gang
+    top = topology.top_tier + 1
+    ceiling = top if limit is None else limit
+    options = [(capacity.domain_cap.get(d, 0), t, d) for t in topology.tiers if t <= ceiling
+               for d in _domains_of_tier(ask, t) if ask.allowed is None or d in ask.allowed]
+    if ceiling >= top:
+        options.append((capacity.domain_cap.get(ROOT, 0), top, ROOT))
+    fits, _, best = min(options, default=(0, 0, None), key=lambda o: (-o[0], o[1], o[2] or ""))
+    need = gang.required
+    gpus = max(p.request.gpus for p in gang.pods)
+    where = f"tier <= {limit} ({topology.tier_names.get(limit, 'cluster')})" if limit is not None else "the cluster"
+    if best is None:
+        message = f"gang {gang.name}: no HyperNode within {where} can hold it"
+        if ask.allowed is not None:
+            message += " together with its running pods"
+        return Unplaceable(message, need, limit_tier=limit, short_pods=need, short_gpus=need * gpus)
+    limiting = _limiting(ask, best)
+    message = (f"gang {gang.name}: needs {need} pods ({gpus} GPUs each) in one domain within {where}; "
+               f"the largest, {best}, holds {fits}: {need - fits} pods ({(need - fits) * gpus} GPUs) short"
+               + (f"; most nodes there are short of {limiting}" if limiting else ""))
+    return Unplaceable(message, need, limit_tier=limit, best_domain=best, best_fits=fits,
+                       short_pods=need - fits, short_gpus=(need - fits) * gpus, limiting=limiting)
+
+
+def _limiting(ask: _Ask, domain: str) -> str:
+    nodes = ask.free.keys() if domain == ROOT else ask.topology.nodes_of(domain)
+    request = max(p.request for p in ask.gang.pods)
+    counts = Counter(ask.free[n].limiting(request) for n in nodes
+                     if n in ask.free and ask.capacity.node_cap.get(n, 0) < len(ask.gang.pods))
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counts else ""

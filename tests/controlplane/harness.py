@@ -149,7 +149,7 @@ class ControlPlane:
         self.url = f"https://127.0.0.1:{api_port}"
         self.kubeconfig = self.kubeconfig_for(ADMIN_TOKEN, "admin")
         self._wait_ready(timeout=90)
-        self.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+        self.kubectl("apply", "--server-side", "-k", str(REPO / "crds"))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 
     def _wait_ready(self, timeout: float) -> None:

@@ -137,7 +137,9 @@ def _fabric(backend: NvmlBackend, handle: DeviceHandle, issues: _Issues) -> GpuF
     return fabric
 
 
-def _numa(backend: NvmlBackend, handle: DeviceHandle, bus_id: str, sysfs: Path, issues: _Issues) -> int | None:
+def _numa(
+    backend: NvmlBackend, handle: DeviceHandle, bus_id: str, sysfs: Path, issues: _Issues
+) -> int | None:
     """NVML's NUMA node, else the PCI device's `numa_node` in sysfs (-1 there means none)."""
     numa = _call(issues, backend.numa_node, handle)
     if isinstance(numa, int):

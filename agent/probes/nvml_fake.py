@@ -84,7 +84,9 @@ class FakeNvml:
             raise ValueError(f"unknown NVML fake profile {profile!r}; known: {', '.join(sorted(PROFILES))}")
         self.profile = PROFILES[profile]
         self.max_links = MAX_LINKS
-        self._uuids = [f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{profile}/{node}/{i}')}" for i in range(self.gpus)]
+        self._uuids = [
+            f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{profile}/{node}/{i}')}" for i in range(self.gpus)
+        ]
         self._down: set[tuple[int, int]] = set()
         self._ecc: dict[int, int] = {}
         self._fabric: dict[int, GpuFabric | None] = {}

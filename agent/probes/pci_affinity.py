@@ -60,7 +60,9 @@ def _shared_depth(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     return depth
 
 
-def closest_nics(sysfs: Path, gpu_bus_ids: Sequence[str], rdma: Sequence[RdmaDevice]) -> Mapping[str, tuple[str, ...]]:
+def closest_nics(
+    sysfs: Path, gpu_bus_ids: Sequence[str], rdma: Sequence[RdmaDevice]
+) -> Mapping[str, tuple[str, ...]]:
     """For each GPU bus id, the RDMA device names that share its deepest PCI bridge (sorted).
 
     A GPU that shares no bridge below the host bridge with any NIC maps to ()."""

@@ -1,0 +1,310 @@
+"""`hypertopo-agent`: print what this node would publish (`probe`), or run as the DaemonSet (`run`).
+
+`probe` is the first thing a person tries on a laptop or a GPU node, so it must work anywhere:
+absent hardware (no GPUs, no HCAs) is a normal answer and exits 0; only a probe that failed makes
+the exit code 1. Bad usage is one clear line and exit code 2. Logs go to stderr, the object to
+stdout, so `hypertopo-agent probe | kubectl apply -f -` works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+
+from agent.collect import CollectConfig, ConfigError, Prober, check_nvml_mode, describe, failed_components
+from agent.report import NodeReport, node_topology_object
+
+log = logging.getLogger("hypertopo-agent")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported in one line with exit code 2."""
+
+
+def _regex(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a valid regular expression ({exc})") from exc
+
+
+def _nvml_mode(text: str) -> str:
+    try:
+        return check_nvml_mode(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be greater than zero")
+    return value
+
+
+def _add_probe_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("probe options")
+    group.add_argument(
+        "--sysfs",
+        type=Path,
+        default=Path("/sys"),
+        metavar="DIR",
+        help="root of sysfs to read (default /sys; in a container mount the host's /sys "
+        "read-only and pass its path, e.g. /host/sys)",
+    )
+    group.add_argument(
+        "--procfs",
+        type=Path,
+        default=Path("/proc"),
+        metavar="DIR",
+        help="root of procfs to read for host facts (default /proc)",
+    )
+    group.add_argument(
+        "--nvml",
+        type=_nvml_mode,
+        default="auto",
+        metavar="auto|off|fake:PROFILE",
+        help="GPU source: auto = the real NVML library when present (absent otherwise), "
+        "off = skip GPUs, fake:PROFILE = deterministic fake (hgx-h100, gb200-nvl72)",
+    )
+    group.add_argument(
+        "--interfaces",
+        type=_regex,
+        default=None,
+        metavar="REGEX",
+        help="report only network interfaces whose name matches this regular expression (default: all)",
+    )
+    group.add_argument(
+        "--lldp-wait",
+        type=_non_negative,
+        default=0.0,
+        metavar="SECONDS",
+        help="probe: listen this long for LLDP frames before reporting neighbours "
+        "(needs CAP_NET_RAW; default 0 = do not listen). run: ignored, it always listens",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hypertopo-agent",
+        description="Discovers this node's GPU and network fabric (NVLink, RDMA, interfaces, LLDP) and "
+        "publishes it as a hypertopo.io/v1alpha1 NodeTopology object.",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log level written to stderr (default info)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{probe,run}")
+    probe = sub.add_parser(
+        "probe",
+        help="print the NodeTopology object this node would publish, and exit",
+        description="Runs every probe once and prints the NodeTopology object. Exit 0 "
+        "when probes ran (absent hardware is fine), 1 when a probe failed, 2 on bad usage.",
+    )
+    probe.add_argument(
+        "--format", choices=["yaml", "json"], default="yaml", help="output format (default yaml)"
+    )
+    probe.add_argument(
+        "--node-name", default=None, metavar="NAME", help="object name (default: the host name)"
+    )
+    probe.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="instead of probing this host, print the report node --node would publish in "
+        "this cluster model file (see DESIGN.md for the format)",
+    )
+    probe.add_argument("--node", default=None, metavar="NAME", help="the model node to report (with --model)")
+    _add_probe_flags(probe)
+    _add_run_parser(sub)
+    return parser
+
+
+def _add_run_parser(sub: Any) -> None:
+    run = sub.add_parser(
+        "run",
+        help="probe continuously, publish NodeTopology, serve /metrics",
+        description="The DaemonSet's command: probes at start, on link/LLDP/XID events and "
+        "every --interval; applies the NodeTopology object (server-side apply) only when it "
+        "changed; serves /metrics, /healthz and /readyz. SIGTERM or SIGINT stops it (exit 0).",
+    )
+    run.add_argument(
+        "--node-name",
+        required=True,
+        metavar="NAME",
+        help="this node's Kubernetes name, the NodeTopology object's name (in a DaemonSet: "
+        "from the downward API, spec.nodeName)",
+    )
+    run.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig to use (default: in-cluster service account, else $KUBECONFIG)",
+    )
+    run.add_argument(
+        "--interval",
+        type=_positive,
+        default=30.0,
+        metavar="SECONDS",
+        help="probe at least this often even without events (default 30)",
+    )
+    run.add_argument(
+        "--listen",
+        default=":9730",
+        metavar="HOST:PORT",
+        help="address for /metrics, /healthz and /readyz (default :9730)",
+    )
+    run.add_argument(
+        "--ready-grace",
+        type=_positive,
+        default=300.0,
+        metavar="SECONDS",
+        help="/readyz stays ready this long while publishing fails (default 300)",
+    )
+    _add_probe_flags(run)
+
+
+def _collect_config(args: argparse.Namespace, node_name: str) -> CollectConfig:
+    return CollectConfig(
+        node_name=node_name,
+        sysfs=args.sysfs,
+        procfs=args.procfs,
+        nvml=args.nvml,
+        interfaces=args.interfaces,
+        lldp_wait=args.lldp_wait,
+    )
+
+
+def _print(obj: dict[str, Any], fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
+
+
+def _model_report(args: argparse.Namespace) -> NodeReport:
+    from agent.cluster_model import ModelError, load_model
+
+    if not args.node:
+        raise UsageError("--model needs --node NAME")
+    try:
+        model = load_model(str(args.model))
+    except ModelError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.node not in model.nodes():
+        raise UsageError(f"node {args.node!r} is not in model {args.model}")
+    from agent.model_probe import report_for
+
+    return report_for(model, args.node)
+
+
+def _probe_host(args: argparse.Namespace) -> NodeReport:
+    import socket
+
+    prober = Prober(_collect_config(args, args.node_name or socket.gethostname()))
+    if args.lldp_wait > 0:
+        return _probe_with_lldp(prober, args.lldp_wait)
+    return prober.collect()
+
+
+def _probe_with_lldp(prober: Prober, wait: float) -> NodeReport:
+    """Listens for LLDP for `wait` seconds on the interfaces found, then probes again."""
+    from agent.adapters.raw_socket import LldpListener
+
+    first = prober.collect()
+    names = [i.name for i in first.interfaces if i.name != "lo"]
+    try:
+        listener = LldpListener(names, prober.neighbour_table(), lambda *_: None)
+        listener.start()
+    except Exception as exc:  # report what we have, say why LLDP is missing
+        log.warning("cannot listen for LLDP (%s); neighbours not reported", exc)
+        return first
+    try:
+        time.sleep(wait)
+    finally:
+        listener.stop()
+    return prober.collect()
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    if args.node and not args.model:
+        raise UsageError("--node is only used with --model")
+    report = _model_report(args) if args.model else _probe_host(args)
+    _print(node_topology_object(report), args.format)
+    log.info("%s", describe(report.health))
+    failed = failed_components(report)
+    if failed:
+        log.error("probe failed for: %s", ", ".join(failed))
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agent.adapters.kube import KubeApi
+    from agent.publish import ApiError, Publisher
+    from agent.runner import Agent, RunConfig, parse_listen
+
+    try:
+        listen = parse_listen(args.listen)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        api = KubeApi.from_config(args.kubeconfig)
+    except ApiError as exc:
+        raise UsageError(str(exc)) from exc
+    config = RunConfig(interval=args.interval, listen=listen, ready_grace=args.ready_grace)
+    agent = Agent(Prober(_collect_config(args, args.node_name)), Publisher(api), config)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        agent.run()
+    except OSError as exc:  # e.g. the --listen address is taken
+        log.error("cannot run: %s", exc)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        result: int = {"probe": cmd_probe, "run": cmd_run}[args.command](args)
+    except UsageError as exc:
+        sys.stderr.write(f"hypertopo-agent: error: {exc}\n")
+        return EXIT_USAGE
+    return result

@@ -1,0 +1,230 @@
+"""One probe cycle: run every probe, each timed and isolated, and build the NodeReport.
+
+The probes themselves are pure and promise never to raise, but the agent must survive a probe that
+breaks that promise (a bug, an NVML binding that throws, a sysfs tree that changes under it): here an
+exception in one probe becomes that component's `failed` health with the exception text, and the
+other probes still run. Each cycle also records per-probe success and duration, which the metrics
+exporter serves (like node_exporter's `scrape_collector_success`).
+
+The probe modules are imported when first used, so a missing or broken module is one failed
+component, not an agent that cannot start.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agent.report import ComponentHealth, Health, NodeReport, ProbeResult
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+NVML_MODES = ("auto", "off")
+FAKE_PREFIX = "fake:"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used (bad usage), with the reason."""
+
+
+def check_nvml_mode(mode: str) -> str:
+    """`auto` (real NVML when present), `off`, or `fake:PROFILE` (the deterministic fake)."""
+    if mode in NVML_MODES or (mode.startswith(FAKE_PREFIX) and len(mode) > len(FAKE_PREFIX)):
+        return mode
+    raise ConfigError(f"--nvml must be auto, off or fake:PROFILE, not {mode!r}")
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    node_name: str
+    sysfs: Path = Path("/sys")
+    procfs: Path = Path("/proc")
+    nvml: str = "auto"
+    interfaces: re.Pattern[str] | None = None
+    lldp_wait: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_nvml_mode(self.nvml)
+        if self.lldp_wait < 0:
+            raise ConfigError("--lldp-wait must not be negative")
+
+
+@dataclass(frozen=True)
+class ProbeStat:
+    """How one probe went in the last cycle: `success` is false only when it failed."""
+
+    probe: str
+    success: bool
+    duration_seconds: float
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The latest report and its per-probe stats, swapped in as one reference."""
+
+    report: NodeReport
+    stats: Mapping[str, ProbeStat]
+    finished_at: float = 0.0
+    xid_totals: Mapping[int, Mapping[int, int]] = field(default_factory=dict)  # GPU index -> XID -> count
+
+
+def open_nvml_backend(mode: str) -> Any:
+    """The NVML backend for a mode: None when off or when libnvidia-ml is missing."""
+    if mode == "off":
+        return None
+    if mode.startswith(FAKE_PREFIX):
+        from agent.probes.nvml_fake import FakeNvml
+
+        return FakeNvml(mode[len(FAKE_PREFIX) :])
+    from agent.adapters.nvml_binding import open_backend
+
+    return open_backend()
+
+
+def _failure_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def timed(name: str, probe: Callable[[], ProbeResult[T]]) -> tuple[ProbeResult[T], ProbeStat]:
+    """Runs one probe; an exception becomes a failed result carrying its text."""
+    start = time.perf_counter()
+    try:
+        result = probe()
+    except Exception as exc:  # isolation is the point: one probe never stops the rest
+        log.warning("probe %s raised: %s", name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        result = ProbeResult.failed(f"probe raised {_failure_text(exc)}")
+    elapsed = time.perf_counter() - start
+    failed = result.health.state is Health.FAILED
+    return result, ProbeStat(name, not failed, elapsed, result.health.reason if failed else "")
+
+
+@dataclass
+class _Cycle:
+    results: dict[str, ProbeResult[Any]] = field(default_factory=dict)
+    stats: dict[str, ProbeStat] = field(default_factory=dict)
+
+    def run(self, name: str, probe: Callable[[], ProbeResult[T]]) -> ProbeResult[T]:
+        result, stat = timed(name, probe)
+        self.results[name], self.stats[name] = result, stat
+        return result
+
+
+class Prober:
+    """Owns what outlives one cycle (the NVML backend, the LLDP neighbour table) and runs cycles.
+
+    `links` returns the netlink link records (default: a fresh netlink dump); `nvml_backend`
+    overrides the backend chosen by `config.nvml` (tests pass a prepared fake)."""
+
+    def __init__(
+        self,
+        config: CollectConfig,
+        *,
+        links: Callable[[], Sequence[Any]] | None = None,
+        nvml_backend: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self._links = links
+        self._clock = clock
+        self._backend = nvml_backend
+        self._backend_error = ""
+        if nvml_backend is None:
+            self._backend, self._backend_error = self._open_backend()
+        self._table: Any = None
+        self.xid_watcher: Any = None  # an agent.probes.nvml.XidWatcher the runner started, if any
+        self._lock = threading.Lock()
+        self.latest: Snapshot | None = None
+
+    def _open_backend(self) -> tuple[Any, str]:
+        try:
+            return open_nvml_backend(self.config.nvml), ""
+        except Exception as exc:  # a broken NVML is the nvml component failing
+            log.warning("cannot open NVML (%s): %s", self.config.nvml, exc)
+            return None, f"cannot open NVML: {_failure_text(exc)}"
+
+    @property
+    def nvml_backend(self) -> Any:
+        return self._backend
+
+    def neighbour_table(self) -> Any:
+        """The LLDP neighbour table the raw-socket listener feeds (made on first use)."""
+        if self._table is None:
+            from agent.probes.lldp import NeighbourTable
+
+            self._table = NeighbourTable()
+        return self._table
+
+    def collect(self) -> NodeReport:
+        """One full probe cycle; never raises for a probe's sake. Serialised across threads."""
+        with self._lock:
+            cycle = _Cycle()
+            host = cycle.run("host", self._probe_host)
+            rdma = cycle.run("rdma", self._probe_rdma)
+            interfaces = cycle.run("net", self._probe_net)
+            nvml = cycle.run("nvml", lambda: self._probe_nvml(rdma.value or ()))
+            lldp = cycle.run("lldp", self._probe_lldp)
+            report = NodeReport(
+                node_name=self.config.node_name,
+                health={name: cycle.results[name].health for name in ("nvml", "rdma", "net", "lldp", "host")},
+                host=host.value,
+                nvml=nvml.value,
+                rdma=tuple(rdma.value or ()),
+                interfaces=tuple(interfaces.value or ()),
+                lldp=tuple(lldp.value or ()),
+            )
+            totals = self.xid_watcher.counts() if self.xid_watcher is not None else {}
+            self.latest = Snapshot(report, dict(cycle.stats), self._clock(), totals)
+            return report
+
+    def _probe_host(self) -> ProbeResult[Any]:
+        from agent.probes import host
+
+        return host.probe(self.config.procfs)
+
+    def _probe_rdma(self) -> ProbeResult[Any]:
+        from agent.probes import rdma
+
+        return rdma.probe(self.config.sysfs)
+
+    def _probe_net(self) -> ProbeResult[Any]:
+        from agent.probes import net
+
+        if self._links is None:
+            from agent.adapters.netlink import dump_links
+
+            self._links = dump_links
+        return net.probe(self._links(), sysfs=self.config.sysfs, include=self.config.interfaces)
+
+    def _probe_nvml(self, rdma_devices: Sequence[Any]) -> ProbeResult[Any]:
+        if self._backend_error:
+            return ProbeResult.failed(self._backend_error)
+        from agent.probes import nvml
+
+        xids = self.xid_watcher.recent() if self.xid_watcher is not None else None
+        return nvml.probe(self._backend, sysfs=self.config.sysfs, rdma=tuple(rdma_devices), xids=xids)
+
+    def _probe_lldp(self) -> ProbeResult[Any]:
+        result: ProbeResult[Any] = self.neighbour_table().snapshot(self._clock())
+        return result
+
+
+def failed_components(report: NodeReport) -> list[str]:
+    return sorted(name for name, h in report.health.items() if h.state is Health.FAILED)
+
+
+def describe(health: Mapping[str, ComponentHealth]) -> str:
+    """`nvml=absent (no NVML library), rdma=ok, ...` for one log line."""
+    parts = []
+    for name, h in sorted(health.items()):
+        parts.append(f"{name}={h.state.value}" + (f" ({h.reason})" if h.reason else ""))
+    return ", ".join(parts)

@@ -1,0 +1,163 @@
+"""The publisher: keeps the node's NodeTopology object true with as few API writes as possible.
+
+An unchanged node must cost the API server nothing, so the publisher remembers the wire form it
+last applied and sends a server-side apply only when the new one differs. The API server may be
+away (restarting, overloaded: unreachable, 5xx, 409, 429); then the publisher retries with
+exponential backoff and jitter, and each retry sends the LATEST state, never a stale queued one:
+intermediate states are simply skipped, nothing is lost that matters.
+
+The Kubernetes client lives in `agent.adapters.kube`; here the API is a one-method protocol, so
+the retry logic is tested with a scripted API and time is injected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.metrics import PublishCounts
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_STATUS = frozenset({409, 429})
+
+
+class ApiError(Exception):
+    """An apply that did not succeed: `status` None means the API server could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def transient(self) -> bool:
+        return self.status is None or self.status >= 500 or self.status in TRANSIENT_STATUS
+
+
+class ObjectApi(Protocol):
+    def apply(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Server-side apply of the whole object; raises ApiError."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter: attempt n waits uniform(base, min(cap, base * 2**n))."""
+
+    base: float = 0.5
+    cap: float = 30.0
+
+    def delay(self, failures: int, rng: Callable[[], float] = random.random) -> float:
+        ceiling = min(self.cap, self.base * 2 ** max(0, failures - 1))
+        return self.base + (ceiling - self.base) * rng()
+
+
+def wire_form(obj: Mapping[str, Any]) -> str:
+    """Canonical text of an object: equal text means no write is needed."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+class Publisher:
+    """Holds the desired object, the last applied wire form, and the retry schedule.
+
+    `submit` records the latest desired object (any thread); `attempt` makes at most one apply;
+    `run` loops `attempt` in a thread until stopped."""
+
+    def __init__(
+        self,
+        api: ObjectApi,
+        *,
+        backoff: Backoff = Backoff(),
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self._api = api
+        self._backoff = backoff
+        self._clock = clock
+        self._rng = rng
+        self._cond = threading.Condition()
+        self._desired: Mapping[str, Any] | None = None
+        self._applied: str | None = None
+        self._retry_at = 0.0
+        self.failures = 0  # consecutive
+        self.failing_since: float | None = None
+        self.last_error = ""
+        self._writes = 0
+        self._errors = 0
+
+    def counts(self) -> PublishCounts:
+        return PublishCounts(writes=self._writes, errors=self._errors)
+
+    @property
+    def pending(self) -> bool:
+        """True while the desired object differs from what was last applied."""
+        with self._cond:
+            return self._desired is not None and wire_form(self._desired) != self._applied
+
+    def submit(self, obj: Mapping[str, Any]) -> None:
+        with self._cond:
+            self._desired = obj
+            self._cond.notify_all()
+
+    def due_in(self) -> float | None:
+        """Seconds until an attempt is due (0: now), or None when nothing needs writing."""
+        with self._cond:
+            return self._due_in_locked()
+
+    def _due_in_locked(self) -> float | None:
+        if self._desired is None or wire_form(self._desired) == self._applied:
+            return None
+        return max(0.0, self._retry_at - self._clock())
+
+    def attempt(self) -> bool:
+        """Applies the latest desired object if it changed; True when the server has it now."""
+        with self._cond:
+            desired = self._desired
+        if desired is None:
+            return False
+        text = wire_form(desired)
+        if text == self._applied:
+            return True
+        try:
+            self._api.apply(desired)
+        except ApiError as exc:
+            self._record_failure(exc)
+            return False
+        with self._cond:
+            self._applied, self._writes = text, self._writes + 1
+            self.failures, self.failing_since, self._retry_at = 0, None, 0.0
+        log.info("published NodeTopology %s", desired.get("metadata", {}).get("name"))
+        return True
+
+    def _record_failure(self, exc: ApiError) -> None:
+        with self._cond:
+            self._errors += 1
+            self.failures += 1
+            if self.failing_since is None:
+                self.failing_since = self._clock()
+            delay = self._backoff.delay(self.failures, self._rng)
+            if not exc.transient:
+                delay = self._backoff.cap  # will not heal by itself; retry slowly
+            self._retry_at = self._clock() + delay
+            self.last_error = str(exc)
+        level = logging.WARNING if exc.transient else logging.ERROR
+        log.log(level, "publish failed (attempt %d, retry in %.1fs): %s", self.failures, delay, exc)
+
+    def run(self, stop: threading.Event) -> None:
+        """Publishes until `stop` is set; wakes on `submit`, `stop` (call `wake`) or a retry deadline."""
+        while not stop.is_set():
+            with self._cond:
+                due = self._due_in_locked()
+                if due is None or due > 0:
+                    self._cond.wait(timeout=due)
+                    continue
+            self.attempt()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()

@@ -1,0 +1,222 @@
+"""`hypertopo-agent run`: probe on start, on events and on a timer; publish; serve /metrics.
+
+Why events: a link that goes down must reach the NodeTopology object (and from there the
+HyperNode's Ready condition) in under a second, not at the next 30 s poll. Netlink link events,
+LLDP neighbour changes and XID events each poke the loop; a burst of pokes (a bond flapping all its
+slaves, a switch reboot) is coalesced by a short debounce into one probe cycle.
+
+Threads: the main thread runs the probe loop; the publisher has its own thread so an API server
+that is away never delays probing or /metrics; the HTTP server and the watchers (netlink, LLDP raw
+socket, XID) run in theirs. A watcher that cannot start (no root for AF_PACKET, no NVML events)
+is logged and the agent carries on with timer probes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from agent.collect import Prober, describe
+from agent.metrics import AgentMetrics
+from agent.publish import Publisher
+from agent.report import NodeReport, node_topology_object
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    interval: float = 30.0
+    listen: tuple[str, int] = ("0.0.0.0", 9730)
+    debounce: float = 0.1
+    ready_grace: float = 300.0  # /readyz stays ready this long while the API server is away
+    watch: bool = True  # start the netlink, LLDP and XID watchers
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`:9730`, `127.0.0.1:9730` or `[::1]:9730` -> (host, port); raises ValueError."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen must be HOST:PORT or :PORT, not {text!r}")
+    return (host.strip("[]") or "0.0.0.0", int(port))
+
+
+class Agent:
+    """The long-running agent: wires the prober, publisher, watchers and HTTP server together."""
+
+    def __init__(self, prober: Prober, publisher: Publisher, config: RunConfig = RunConfig()) -> None:
+        self.prober = prober
+        self.publisher = publisher
+        self.config = config
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(AgentMetrics(lambda: prober.latest, publisher.counts))
+        ProcessCollector(namespace="hypertopo", registry=self.registry)
+        self.stop_event = threading.Event()
+        self._poke = threading.Event()
+        self._watchers: list[Any] = []
+        self._threads: list[threading.Thread] = []
+        self._server: ThreadingHTTPServer | None = None
+        self.cycles = 0
+
+    # -- events --------------------------------------------------------------------------------
+    def poke(self, *_: object) -> None:
+        """Asks for a probe cycle soon (any thread; extra arguments from callbacks are ignored)."""
+        self._poke.set()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._poke.set()
+        self.publisher.wake()
+
+    # -- health --------------------------------------------------------------------------------
+    def ready(self) -> tuple[bool, str]:
+        if self.prober.latest is None:
+            return False, "first probe not done"
+        since = self.publisher.failing_since
+        if since is not None and time.monotonic() - since >= self.config.ready_grace:
+            return (
+                False,
+                f"publishing failing for {time.monotonic() - since:.0f}s: {self.publisher.last_error}",
+            )
+        return True, "ok"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def run(self) -> None:
+        """Runs until `stop()` (e.g. from a signal handler); then stops every thread."""
+        self.serve()
+        self._spawn("publisher", lambda: self.publisher.run(self.stop_event))
+        previous: NodeReport | None = None
+        try:
+            previous = self.cycle(previous)
+            if self.config.watch:
+                self.start_watchers(previous)
+            while not self.stop_event.is_set():
+                self._poke.wait(timeout=self.config.interval)
+                if self._poke.is_set() and not self.stop_event.is_set():
+                    self.stop_event.wait(self.config.debounce)  # coalesce a burst of events
+                self._poke.clear()
+                if not self.stop_event.is_set():
+                    previous = self.cycle(previous)
+        finally:
+            self.shutdown()
+
+    def cycle(self, previous: NodeReport | None) -> NodeReport:
+        report = self.prober.collect()
+        self.cycles += 1
+        if previous is None or previous.health != report.health:
+            log.info("node %s health: %s", report.node_name, describe(report.health))
+        self.publisher.submit(node_topology_object(report))
+        return report
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def serve(self) -> None:
+        self._server = ThreadingHTTPServer(self.config.listen, _handler(self))
+        self._server.daemon_threads = True
+        self._spawn("http", self._server.serve_forever)
+        host, port = self._server.server_address[:2]
+        log.info("serving /metrics, /healthz, /readyz on %s:%s", host, port)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.server_address[1]
+        return port
+
+    def shutdown(self) -> None:
+        self.stop()
+        for watcher in self._watchers:
+            _quietly(f"stopping {type(watcher).__name__}", watcher.stop)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        log.info("agent stopped after %d probe cycles", self.cycles)
+
+    # -- watchers ------------------------------------------------------------------------------
+    def start_watchers(self, report: NodeReport) -> None:
+        self._start_watcher("netlink link watcher", self._link_watcher)
+        names = [i.name for i in report.interfaces if i.name != "lo"]
+        if names:
+            self._start_watcher("LLDP listener", lambda: self._lldp_listener(names))
+        if self.prober.nvml_backend is not None:
+            self._start_watcher("XID watcher", self._xid_watcher)
+
+    def _start_watcher(self, what: str, factory: Callable[[], Any]) -> None:
+        try:
+            watcher = factory()
+        except Exception as exc:  # a missing watcher costs latency, never the agent
+            log.warning("%s not started: %s; relying on --interval probes", what, exc)
+            return
+        if watcher is not None:
+            self._watchers.append(watcher)
+            log.debug("%s started", what)
+
+    def _link_watcher(self) -> Any:
+        from agent.adapters.netlink import LinkWatcher
+
+        watcher = LinkWatcher(self.poke)
+        watcher.start()
+        return watcher
+
+    def _lldp_listener(self, interfaces: list[str]) -> Any:
+        from agent.adapters.raw_socket import LldpListener
+
+        listener = LldpListener(interfaces, self.prober.neighbour_table(), self.poke)
+        listener.start()
+        return listener
+
+    def _xid_watcher(self) -> Any:
+        from agent.probes.nvml import XidWatcher
+
+        watcher = XidWatcher(self.prober.nvml_backend, self.poke)
+        if not watcher.start():
+            raise RuntimeError(watcher.error or "NVML refused XID events")
+        self.prober.xid_watcher = watcher
+        return watcher
+
+
+def _quietly(what: str, fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # shutting down: report and go on
+        log.warning("%s: %s", what, exc)
+
+
+def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server's naming
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._reply(200, generate_latest(agent.registry), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                self._reply(200, b"ok\n")
+            elif path == "/readyz":
+                ok, reason = agent.ready()
+                self._reply(200 if ok else 503, f"{reason}\n".encode())
+            else:
+                self._reply(404, b"not found: try /metrics, /healthz, /readyz\n")
+
+        def _reply(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # signature from base
+            log.debug("http: " + format, *args)
+
+    return Handler

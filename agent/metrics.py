@@ -5,9 +5,11 @@ XID counts, probe durations, publish counts) is served here instead. The collect
 its own: each scrape maps the latest `Snapshot` (an immutable report + per-probe stats) and the
 publisher's counters to metric families, so a scrape never waits for a probe.
 
-Labels follow dcgm-exporter where they overlap (`gpu`, `UUID`, `pci_bus_id`, `modelName`,
-`Hostname`), so dashboards can join the two exporters; names carry the `hypertopo_` prefix and
-base-unit suffixes (`_seconds`, `_bytes_per_second`, `_total`).
+Labels follow dcgm-exporter where they overlap (`gpu`, `UUID`, `pci_bus_id`, `Hostname`), so
+dashboards can join the two exporters; names carry the `hypertopo_` prefix and base-unit suffixes
+(`_seconds`, `_bytes_per_second`, `_total`). dcgm-exporter's `modelName` is the one label kept out:
+`promtool check metrics` rejects camelCase label names, so the model is `model_name` on
+`hypertopo_gpu_info` only (join on `UUID`), which also keeps every per-link series shorter.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from agent.report import Gpu, Health, NodeReport
 
 FABRIC_STATES = ("not-supported", "not-started", "in-progress", "completed")
 HEALTH_STATES = tuple(h.value for h in Health)
-GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "modelName", "Hostname"]
+GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "Hostname"]
 # sysfs counter names that count errors (IB `counters/` and mlx5 `hw_counters/`); the data and
 # packet counters are traffic, which node_exporter already serves.
 RDMA_ERROR_COUNTER = re.compile(r"err|discard|drop|downed|integrity|overrun|violation|timeout|out_of_")
@@ -121,7 +123,7 @@ def health_families(report: NodeReport) -> Iterator[Metric]:
 
 
 def _gpu_labels(report: NodeReport, gpu: Gpu) -> list[str]:
-    return [str(gpu.index), gpu.uuid, gpu.pci_bus_id, gpu.name, report.node_name]
+    return [str(gpu.index), gpu.uuid, gpu.pci_bus_id, report.node_name]
 
 
 def gpu_families(report: NodeReport, xid_totals: Mapping[int, Mapping[int, int]]) -> Iterator[Metric]:
@@ -139,11 +141,11 @@ def _gpu_info(report: NodeReport, gpus: Iterable[Gpu]) -> Metric:
     info = GaugeMetricFamily(
         "hypertopo_gpu_info",
         "GPUs on the node with their closest RDMA devices; value is 1.",
-        labels=[*GPU_LABELS, "numa_node", "nics"],
+        labels=[*GPU_LABELS, "model_name", "numa_node", "nics"],
     )
     for gpu in gpus:
         numa = "" if gpu.numa_node is None else str(gpu.numa_node)
-        info.add_metric([*_gpu_labels(report, gpu), numa, ",".join(gpu.nics)], 1)
+        info.add_metric([*_gpu_labels(report, gpu), gpu.name, numa, ",".join(gpu.nics)], 1)
     return info
 
 

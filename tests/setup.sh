@@ -33,4 +33,6 @@ if [[ -f tests/controlplane/kwok/build_kwok.sh ]]; then
   echo "setup: kwok" >&2
   bash tests/controlplane/kwok/build_kwok.sh >/dev/null
 fi
+echo "setup: prometheus-operator CRDs" >&2
+bash tests/controlplane/prometheus_operator_crds.sh >/dev/null
 echo "setup: done" >&2

@@ -325,7 +325,7 @@ def _has_ethernet_header(frame: bytes) -> bool:
     """A bare LLDPDU starts with a chassis ID TLV header (type 1: first byte 0x02 or 0x03);
     an Ethernet frame has an LLDP or VLAN ethertype at offset 12. Where both could hold, an LLDP
     multicast destination decides for Ethernet."""
-    bare = len(frame) >= 2 and frame[0] >> 1 == TLV_CHASSIS_ID
+    bare = bool(frame) and frame[0] >> 1 == TLV_CHASSIS_ID
     ethertype = int.from_bytes(frame[12:14], "big") if len(frame) >= 14 else None
     looks_ethernet = ethertype == ETHERTYPE_LLDP or ethertype in VLAN_TAG_TYPES
     if looks_ethernet and bare:

@@ -1,0 +1,99 @@
+"""`hypertopo-scheduler`: `run` (the live scheduler) and `simulate` (replay a job trace offline).
+
+`run` lives in `aggregator.placement.scheduler` and is imported only when asked for, so
+`simulate` works without the Kubernetes client being configured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+
+from agent.cluster_model import ModelError, load_model
+from aggregator.placement.model_hypernodes import hypernodes_from_model
+from aggregator.placement.policies import POLICIES, policy
+from aggregator.placement.simulate import Simulation, node_capacity
+from aggregator.placement.topology import build
+from aggregator.placement.trace import TraceError, load_trace, synthetic
+
+SIMULATE_HELP = """\
+Replays a job trace over a cluster model file and prints JSON figures: decision latency p50/p99,
+share of gangs at the lowest feasible tier, mean lowest-common tier, leaves per gang, GPU
+utilisation, queueing delay and evictions. HyperNodes come from the model's switch tree and NVLink
+domain annotations. The job file format is documented in aggregator/placement/trace.py.
+
+example: hypertopo-scheduler simulate --model cluster.yaml --synthetic 500 --policy first-fit
+"""
+
+
+def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sim = sub.add_parser("simulate", help="replay a job trace over a cluster model, print JSON figures",
+                         description=SIMULATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sim.add_argument("--model", required=True, help="cluster model file (YAML: switches, blocks)")
+    source = sim.add_mutually_exclusive_group(required=True)
+    source.add_argument("--jobs", help="job trace file (YAML or JSON)")
+    source.add_argument("--synthetic", type=int, metavar="N", help="generate N jobs (seeded)")
+    sim.add_argument("--policy", default="hypertopo", choices=sorted(POLICIES), help="placement policy")
+    sim.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace (default 0)")
+    sim.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of every modelled node (default 8)")
+    sim.set_defaults(handler=_simulate)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    try:
+        model = load_model(args.model)
+        nodes = model.nodes()
+        trace = load_trace(args.jobs) if args.jobs else synthetic(
+            nodes, args.synthetic, seed=args.seed, gpus_per_node=args.gpus_per_node)
+    except (ModelError, TraceError) as exc:
+        print(f"hypertopo-scheduler simulate: {exc}", file=sys.stderr)
+        return 2
+    topology = build(hypernodes_from_model(model))
+    simulation = Simulation(topology, node_capacity(nodes, args.gpus_per_node), trace, policy(args.policy))
+    result = {"policy": args.policy, "model": args.model, "nodes": len(nodes),
+              "hypernodes": len(topology.domains), **simulation.run()}
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser], load: bool) -> None:
+    run = sub.add_parser("run", help="schedule pods with schedulerName hypertopo-scheduler (live cluster)",
+                         description="Runs the live gang, topology-aware scheduler against the API server.")
+    if not load:  # only `run` pays for importing the live scheduler and the Kubernetes client
+        return
+    try:
+        scheduler = importlib.import_module("aggregator.placement.scheduler")
+    except ImportError as exc:
+        reason = str(exc)
+        run.set_defaults(handler=lambda _args: _missing_run(reason))
+        return
+    scheduler.add_run_arguments(run)
+    run.set_defaults(handler=scheduler.run)
+
+
+def _missing_run(reason: str) -> int:
+    print(f"hypertopo-scheduler run: the live scheduler is not available: {reason}", file=sys.stderr)
+    return 2
+
+
+def parser(*, load_run: bool = True) -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="hypertopo-scheduler",
+                                  description="Gang, topology-aware placement on Volcano HyperNodes.")
+    sub = top.add_subparsers(dest="command", required=True, metavar="{run,simulate}")
+    _add_run(sub, load_run)
+    _add_simulate(sub)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser(load_run=bool(argv) and argv[0] == "run").parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

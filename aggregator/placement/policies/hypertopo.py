@@ -1,0 +1,5 @@
+"""The hypertopo policy: the placement core itself (lowest tier, fewest leaves, best fit)."""
+
+from aggregator.placement.core import place
+
+__all__ = ["place"]

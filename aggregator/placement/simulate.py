@@ -1,0 +1,229 @@
+"""Discrete-event replay of a job trace over a modelled cluster, one placement policy at a time.
+
+It answers "what does topology-aware placement buy, and what does it cost" without a cluster:
+events (arrivals, completions, node and HyperNode failures and recoveries) are processed in time
+order; the queue is first-come-first-served with backfill (a later gang may start when an earlier
+one does not fit); every placement is a real policy call, timed. Fabric faults follow each job's
+`on_fabric_fault` (restart-pods re-places only the lost pods next to the rest, restart-gang
+requeues the whole gang at the head of the queue, none leaves it running).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aggregator.placement.core import lowest_feasible_tier
+from aggregator.placement.gang import Gang, Mode, Placement, PodSpec
+from aggregator.placement.policies import Policy
+from aggregator.placement.resources import Resources
+from aggregator.placement.topology import Topology
+from aggregator.placement.trace import Failure, Job, Trace
+
+POD_CPU_MILLI = 1000
+POD_MEMORY = 2**30
+
+
+def node_capacity(nodes: list[str], gpus_per_node: int = 8) -> dict[str, Resources]:
+    """Uniform simulated nodes: `gpus_per_node` GPUs, 128 CPUs, 2 TiB, 110 pod slots."""
+    return {n: Resources(gpus_per_node, 128_000, 2 * 2**40, 110) for n in nodes}
+
+
+def gang_of(job: Job) -> Gang:
+    request = Resources(job.gpus_per_pod, POD_CPU_MILLI, POD_MEMORY, 1)
+    pods = tuple(PodSpec(f"{job.name}-{i:04d}", request) for i in range(job.pods))
+    return Gang(job.name, pods, min_member=job.min_member, mode=Mode(job.mode),
+                highest_tier=job.highest_tier, highest_tier_name=job.highest_tier_name)
+
+
+def mean(values: list[float] | list[int]) -> float:
+    return round(sum(values) / len(values), 4) if values else 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class _Run:
+    job: Job
+    pods: dict[str, PodSpec]
+    where: dict[str, str]  # pod -> node
+    token: int
+
+
+@dataclass
+class _Stats:
+    latencies_ms: list[float] = field(default_factory=list)
+    at_lowest: int = 0
+    judged: int = 0
+    tiers: list[int] = field(default_factory=list)
+    leaves: list[int] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
+    evictions: int = 0
+    gpu_seconds: float = 0.0
+    completed: int = 0
+
+
+class Simulation:
+    """One replay. `run()` returns the JSON-ready summary."""
+
+    def __init__(self, topology: Topology, capacity: Mapping[str, Resources], trace: Trace,
+                 policy: Policy, *, judge_tiers: bool = True) -> None:
+        self.topology, self.trace, self.policy, self.judge = topology, trace, policy, judge_tiers
+        self.free = dict(capacity)
+        self.total_gpus = sum(r.gpus for r in capacity.values())
+        self.down_nodes: set[str] = set()
+        self.down_domains: set[str] = set()
+        self.queue: list[Job] = []
+        self.started: set[str] = set()
+        self.running: dict[str, _Run] = {}
+        self.events: list[tuple[float, int, str, Any]] = []
+        self.seq = itertools.count()
+        self.tokens = itertools.count(1)
+        self.stats = _Stats()
+        self.clock = 0.0
+        self.used_gpus = 0
+
+    def _push(self, at: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self.events, (at, next(self.seq), kind, payload))
+
+    def _decide(self, gang: Gang) -> Placement:
+        begin = time.perf_counter()
+        placement = self.policy(self.topology, self.free, gang, excluded_nodes=frozenset(self.down_nodes),
+                                excluded_domains=frozenset(self.down_domains))
+        self.stats.latencies_ms.append((time.perf_counter() - begin) * 1000)
+        return placement
+
+    def _take(self, run: _Run, where: Mapping[str, str], sign: int) -> None:
+        for pod, node in where.items():
+            request = run.pods[pod].request
+            self.free[node] = self.free[node] - request if sign > 0 else self.free[node] + request
+            self.used_gpus += sign * request.gpus
+
+    def _try_start(self, job: Job) -> bool:
+        gang = gang_of(job)
+        lowest = None
+        if self.judge:
+            lowest = lowest_feasible_tier(self.topology, self.free, gang, excluded_nodes=frozenset(self.down_nodes),
+                                          excluded_domains=frozenset(self.down_domains))
+        placement = self._decide(gang)
+        if not placement.ok:
+            return False
+        run = _Run(job, {p.name: p for p in gang.pods}, dict(placement.assignments), next(self.tokens))
+        self._take(run, run.where, +1)
+        self.running[job.name] = run
+        self._push(self.clock + job.duration, "finish", (job.name, run.token))
+        if job.name not in self.started:
+            self.started.add(job.name)
+            self.stats.delays.append(self.clock - job.arrival)
+        if placement.tier is not None:
+            self.stats.tiers.append(placement.tier)
+            self.stats.leaves.append(placement.leaves)
+            if lowest is not None:
+                self.stats.judged += 1
+                self.stats.at_lowest += placement.tier <= lowest
+        return True
+
+    def _drain_queue(self) -> None:
+        waiting, self.queue = self.queue, []
+        for job in waiting:
+            if not self._try_start(job):
+                self.queue.append(job)
+
+    def _finish(self, name: str, token: int) -> None:
+        run = self.running.get(name)
+        if run is None or run.token != token:
+            return  # a stale completion of a gang that was restarted
+        self._take(run, run.where, -1)
+        del self.running[name]
+        self.stats.completed += 1
+        self._drain_queue()
+
+    def _fault(self, failure: Failure, down: bool) -> None:
+        if failure.node is not None:
+            (self.down_nodes.add if down else self.down_nodes.discard)(failure.node)
+            lost = {failure.node}
+        else:
+            name = failure.hypernode or ""
+            (self.down_domains.add if down else self.down_domains.discard)(name)
+            lost = set(self.topology.nodes_of(name)) if name in self.topology.domains else set()
+        if down:
+            for run in sorted(self.running.values(), key=lambda r: r.job.name):
+                hit = {p: n for p, n in run.where.items() if n in lost}
+                if hit:
+                    self._react(run, hit)
+            if failure.duration is not None:
+                self._push(self.clock + failure.duration, "recover", failure)
+        self._drain_queue()
+
+    def _react(self, run: _Run, hit: dict[str, str]) -> None:
+        action = run.job.on_fabric_fault
+        if action == "none":
+            return
+        if action == "restart-pods" and self._replace_pods(run, hit):
+            return
+        self._take(run, run.where, -1)
+        self.stats.evictions += len(run.where)
+        del self.running[run.job.name]
+        self.queue.insert(0, run.job)
+
+    def _replace_pods(self, run: _Run, hit: dict[str, str]) -> bool:
+        """Evict only the pods on lost nodes and place them next to the rest of the gang."""
+        self._take(run, hit, -1)
+        self.stats.evictions += len(hit)
+        for pod in hit:
+            del run.where[pod]
+        base = gang_of(run.job)
+        gang = Gang(base.name, tuple(run.pods[p] for p in sorted(hit)), mode=base.mode,
+                    highest_tier=base.highest_tier, highest_tier_name=base.highest_tier_name,
+                    running=dict(run.where))
+        placement = self._decide(gang)
+        if not placement.ok:
+            return False
+        self._take(run, placement.assignments, +1)
+        run.where.update(placement.assignments)
+        return True
+
+    def run(self) -> dict[str, Any]:
+        for job in self.trace.jobs:
+            self._push(job.arrival, "arrive", job)
+        for failure in self.trace.failures:
+            self._push(failure.at, "fail", failure)
+        while self.events:
+            at, _, kind, payload = heapq.heappop(self.events)
+            self.stats.gpu_seconds += self.used_gpus * (at - self.clock)
+            self.clock = at
+            if kind == "arrive":
+                if not self._try_start(payload):
+                    self.queue.append(payload)
+            elif kind == "finish":
+                self._finish(*payload)
+            else:
+                self._fault(payload, down=kind == "fail")
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "jobs": len(self.trace.jobs), "completed": s.completed, "unplaced": len(self.queue),
+            "decisions": len(s.latencies_ms),
+            "decision_latency_ms": {"p50": round(percentile(s.latencies_ms, 50), 3),
+                                    "p99": round(percentile(s.latencies_ms, 99), 3)},
+            "lowest_feasible_tier_share": round(s.at_lowest / s.judged, 4) if s.judged else None,
+            "mean_lca_tier": mean(s.tiers), "mean_leaves_per_gang": mean(s.leaves),
+            "gpu_utilisation": round(s.gpu_seconds / (self.total_gpus * self.clock), 4)
+            if self.clock > 0 and self.total_gpus else 0.0,
+            "queueing_delay_s": {"mean": mean(s.delays), "p50": round(percentile(s.delays, 50), 3),
+                                 "p99": round(percentile(s.delays, 99), 3)},
+            "evictions": s.evictions, "makespan_s": round(self.clock, 3),
+        }

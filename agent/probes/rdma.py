@@ -42,7 +42,6 @@ _GUID = re.compile(r"^[0-9a-f]{4}(:[0-9a-f]{4}){3}$")
 _GID = re.compile(r"^[0-9a-f]{4}(:[0-9a-f]{4}){7}$")
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _NUMBERED_STATE = re.compile(r"^(\d+):\s*([A-Za-z][A-Za-z0-9_ ]*)$")
-_BARE_STATE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec\b")
 _LINK_LAYERS = ("InfiniBand", "Ethernet")
 _COUNTER_DIRS = ("counters", "counters_ext", "hw_counters")
@@ -143,11 +142,10 @@ def read_port(device: Path, number: int, problems: Problems) -> RdmaPort:
 
 
 def parse_state(text: str) -> str | None:
-    """`"4: ACTIVE"` -> `"ACTIVE"`, `"5: LinkUp"` -> `"LinkUp"`; a bare word is kept; else None."""
+    """`"4: ACTIVE"` -> `"ACTIVE"`, `"5: LinkUp"` -> `"LinkUp"`; anything else None (the kernel
+    always writes the number and the IBTA name, drivers/infiniband/core/sysfs.c)."""
     match = _NUMBERED_STATE.match(text)
-    if match:
-        return match.group(2).strip()
-    return text if _BARE_STATE.match(text) else None
+    return match.group(2).strip() if match else None
 
 
 def parse_rate(text: str) -> float | None:

@@ -32,7 +32,12 @@ def test_hgx_board_has_eight_ndr_hcas_active_on_ib0_to_ib7() -> None:
     assert [d.name for d in result.value] == [f"mlx5_{i}" for i in range(8)]
     for i, dev in enumerate(result.value):
         (port,) = dev.ports
-        assert (port.port, port.state, port.phys_state, port.link_layer) == (1, "ACTIVE", "LinkUp", "InfiniBand")
+        assert (port.port, port.state, port.phys_state, port.link_layer) == (
+            1,
+            "ACTIVE",
+            "LinkUp",
+            "InfiniBand",
+        )
         assert port.rate_gbps == 400.0
         assert port.netdev == f"ib{i}"
         assert port.lid == 0x21 + i and port.sm_lid == 1  # sysfs writes LIDs in hex: "0x21"

@@ -52,12 +52,18 @@ def expected_metrics(shared_data: Path) -> dict[str, dict[tuple[str, int], float
     return out
 
 
-def test_node_exporter_archive_matches_its_expected_metrics(node_exporter_sys: Path, shared_data: Path) -> None:
+def test_node_exporter_archive_matches_its_expected_metrics(
+    node_exporter_sys: Path, shared_data: Path
+) -> None:
     result = rdma.probe(node_exporter_sys)
     assert result.health.state is Health.OK, result.health.reason
     ports = by_port(result.value)
     metrics = expected_metrics(shared_data)
-    assert set(ports) == set(metrics["node_infiniband_state_id"]) == {("i40iw0", 1), ("mlx4_0", 1), ("mlx4_0", 2)}
+    assert (
+        set(ports)
+        == set(metrics["node_infiniband_state_id"])
+        == {("i40iw0", 1), ("mlx4_0", 1), ("mlx4_0", 2)}
+    )
     for key, port in ports.items():
         assert STATE_IDS[port.state] == metrics["node_infiniband_state_id"][key]  # type: ignore[attr-defined]
         assert PHYS_STATE_IDS[port.phys_state] == metrics["node_infiniband_physical_state_id"][key]  # type: ignore[attr-defined]
@@ -102,11 +108,18 @@ def test_real_h100_node_class_dir_has_eight_ndr_ports_and_a_roce_bond(shared_dat
     result = rdma.probe_class_dir(class_dir)
     assert result.health.state is Health.OK, result.health.reason
     devices = {d.name: d for d in result.value or ()}
-    assert sorted(devices, key=lambda n: (len(n), n)) == sorted(os.listdir(class_dir), key=lambda n: (len(n), n))
+    assert sorted(devices, key=lambda n: (len(n), n)) == sorted(
+        os.listdir(class_dir), key=lambda n: (len(n), n)
+    )
     ib = [f"mlx5_{i}" for i in (0, 1, 4, 5, 6, 7, 8, 9)]
     for name in ib:
         (port,) = devices[name].ports
-        assert (port.state, port.phys_state, port.rate_gbps, port.link_layer) == ("ACTIVE", "LinkUp", 400.0, "InfiniBand")
+        assert (port.state, port.phys_state, port.rate_gbps, port.link_layer) == (
+            "ACTIVE",
+            "LinkUp",
+            400.0,
+            "InfiniBand",
+        )
         assert port.counters  # real counters were captured
     (bond,) = devices["mlx5_bond_0"].ports
     assert (bond.state, bond.rate_gbps, bond.link_layer) == ("ACTIVE", 200.0, "Ethernet")
@@ -125,7 +138,9 @@ def materialise_gcm(dump: dict[str, str], root: Path) -> Path:
     cls = root / "sys" / "class" / "infiniband"
     cls.mkdir(parents=True)
     for pci in os.listdir(devices):
-        for hca in os.listdir(devices / pci / "infiniband") if (devices / pci / "infiniband").is_dir() else ():
+        for hca in (
+            os.listdir(devices / pci / "infiniband") if (devices / pci / "infiniband").is_dir() else ()
+        ):
             os.symlink(f"../../../{pci}", devices / pci / "infiniband" / hca / "device")
             os.symlink(f"../../bus/pci/devices/{pci}/infiniband/{hca}", cls / hca)
     return root / "sys"
@@ -156,7 +171,9 @@ def test_gcm_dump_gives_its_hca_to_ipoib_mapping(capture: str, shared_data: Path
     assert "mlx5_0/ports/1/lid: not an integer: 'lid'" in result.health.reason
 
 
-def test_misbound_capture_swaps_the_pci_functions_of_mlx5_0_and_mlx5_1(shared_data: Path, tmp_path: Path) -> None:
+def test_misbound_capture_swaps_the_pci_functions_of_mlx5_0_and_mlx5_1(
+    shared_data: Path, tmp_path: Path
+) -> None:
     good = json.loads((shared_data / "sysfs" / "gcm" / "learn_good.json").read_text())
     bad = json.loads((shared_data / "sysfs" / "gcm" / "learn_ib_misbound_if.json").read_text())
     pci = {}

@@ -1,0 +1,123 @@
+"""The fabric graph: what every source knows about nodes, switches and NVLink domains, joined.
+
+Sources (NodeTopology reports, ibnetdiscover dumps, switch LLDP tables, node labels, cluster model
+files) each see part of the fabric and name things their own way. The graph is where their facts
+meet under one vocabulary: nodes by Kubernetes node name, switches by switch ID (LLDP system name,
+the host name in an InfiniBand node description, or a GUID when nothing better exists), NVLink
+domains by "cluster-uuid/clique-id".
+
+It is built incrementally: facts a node reports are kept per node so one node's new report
+replaces only its own facts (the aggregator's fast path), while fabric-wide facts (dumps, switch
+tables, the model) are added once. Tier inference (aggregator.tiers) reads it; nothing here
+decides tiers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+def normalise_guid(text: str) -> str:
+    """Any GUID spelling ("0c42:a103:008b:40d0", "0x0c42a103008b40d0", "c42a103008b40d0") -> 16
+    lower-case hex digits, so sysfs, ibnetdiscover and UFM spellings compare equal."""
+    digits = text.strip().lower().removeprefix("0x").replace(":", "")
+    return digits.zfill(16)
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one node's own report says about where it is cabled."""
+
+    switches: frozenset[str] = frozenset()  # switch IDs seen by LLDP on the node's ports
+    guids: frozenset[str] = frozenset()  # normalised node/port GUIDs of its HCAs
+    nvlink: str | None = None  # "cluster-uuid/clique-id" of a multi-node NVLink domain
+
+
+@dataclass
+class FabricGraph:
+    nodes: set[str] = field(default_factory=set)
+    switches: set[str] = field(default_factory=set)
+    facts: dict[str, NodeFacts] = field(default_factory=dict)
+    # fabric-wide facts (dumps, switch tables, models)
+    switch_links: set[tuple[str, str]] = field(default_factory=set)  # undirected, (low, high)
+    uplinks: set[tuple[str, str]] = field(default_factory=set)  # directed (child, parent)
+    attached_by_guid: dict[str, set[str]] = field(default_factory=dict)  # HCA GUID -> switches
+    attached_by_host: dict[str, set[str]] = field(default_factory=dict)  # host name -> switches
+    declared: dict[str, set[str]] = field(default_factory=dict)  # node -> switches (model)
+    nvlink_declared: dict[str, str] = field(default_factory=dict)  # node -> domain (model)
+    label_paths: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    label_levels: tuple[str, ...] = ()
+
+    # -- building -------------------------------------------------------------------------------
+    def add_node(self, node: str) -> None:
+        self.nodes.add(node)
+
+    def set_node_facts(self, node: str, facts: NodeFacts) -> None:
+        self.nodes.add(node)
+        self.facts[node] = facts
+        self.switches.update(facts.switches)
+
+    def remove_node(self, node: str) -> None:
+        self.nodes.discard(node)
+        self.facts.pop(node, None)
+
+    def add_switch_link(self, a: str, b: str) -> None:
+        if a == b:
+            return  # a switch cabled to itself (loopback ports) says nothing about tiers
+        self.switches.update((a, b))
+        self.switch_links.add((a, b) if a < b else (b, a))
+
+    def add_uplink(self, child: str, parent: str) -> None:
+        """A link whose direction is known (a declared switch tree)."""
+        self.add_switch_link(child, parent)
+        self.uplinks.add((child, parent))
+
+    def attach_guid(self, guid: str, switch: str) -> None:
+        self.switches.add(switch)
+        self.attached_by_guid.setdefault(normalise_guid(guid), set()).add(switch)
+
+    def attach_host(self, host: str, switch: str) -> None:
+        self.switches.add(switch)
+        self.attached_by_host.setdefault(host, set()).add(switch)
+
+    def declare(self, node: str, switch: str, nvlink: str | None = None) -> None:
+        self.nodes.add(node)
+        self.switches.add(switch)
+        self.declared.setdefault(node, set()).add(switch)
+        if nvlink:
+            self.nvlink_declared.setdefault(node, nvlink)
+
+    def set_labels(self, levels: Iterable[str], labels: Mapping[str, Mapping[str, str]]) -> None:
+        """Node labels for the ordered label levels (broadest first); see sources.labels."""
+        self.label_levels = tuple(levels)
+        self.label_paths = {}
+        for node, node_labels in labels.items():
+            path: list[tuple[str, str]] = []
+            for key in self.label_levels:
+                if key not in node_labels:
+                    break  # a level without a value ends the path: finer levels cannot nest
+                path.append((key, node_labels[key]))
+            if path:
+                self.label_paths[node] = tuple(path)
+
+    # -- reading --------------------------------------------------------------------------------
+    def attached_switches(self, node: str) -> frozenset[str]:
+        """Every switch the node is cabled to, by any source."""
+        facts = self.facts.get(node, NodeFacts())
+        found = set(facts.switches)
+        for guid in facts.guids:
+            found.update(self.attached_by_guid.get(guid, ()))
+        found.update(self.attached_by_host.get(node, ()))
+        found.update(self.declared.get(node, ()))
+        return frozenset(found)
+
+    def nvlink_of(self, node: str) -> str | None:
+        facts = self.facts.get(node)
+        if facts is not None and facts.nvlink:
+            return facts.nvlink
+        return self.nvlink_declared.get(node)
+
+    def fabric_hosts(self) -> set[str]:
+        """Hosts the fabric dumps know by their node description (may include non-Kubernetes hosts)."""
+        return set(self.attached_by_host)

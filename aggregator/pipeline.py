@@ -1,0 +1,213 @@
+"""The aggregator's pure pipeline: cluster inputs -> desired HyperNodes, node labels, unhealthy nodes.
+
+This is the controller's one entry point (aggregator.controller feeds it what it lists and
+watches; the `render` command feeds it files): sources -> fabric graph -> tier inference ->
+member health -> Ready conditions with hold-down -> HyperNode objects. It keeps the last result so
+that
+
+* `compute(inputs, now)` rebuilds everything (start-up, resync, a changed fabric dump), and
+* `update_report(node, report, now)` / `update_node(...)` take the fast path for the common event,
+  one node's health changing: only that node's domains are re-evaluated and re-rendered, and
+  `Desired.changed` names the HyperNodes whose objects differ, so only those are written.
+  A report that changes where the node is cabled (or a node that is new) falls back to a full
+  rebuild, since it can move domain boundaries.
+
+No I/O and no clock: time is `now` (seconds since the epoch), passed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.cluster_model import ClusterModel
+from agent.report import NodeReport
+from aggregator import render as hypernodes
+from aggregator.graph import FabricGraph
+from aggregator.health import (
+    Condition,
+    HoldDown,
+    MemberHealth,
+    MemberState,
+    Threshold,
+    evaluate,
+    member_health,
+)
+from aggregator.sources import ibnetdiscover, labels, model, nodetopology, switch_lldp
+from aggregator.sources.ibnetdiscover import Fabric
+from aggregator.sources.switch_lldp import SwitchTable
+from aggregator.tiers import DomainTree, infer
+
+NODE_LABEL_PREFIX = "hypertopo.io/"
+
+
+@dataclass(frozen=True)
+class ClusterInputs:
+    reports: Mapping[str, NodeReport]  # NodeTopology reports by node name
+    node_ready: Mapping[str, bool] = field(default_factory=dict)  # Nodes known to the API: Ready?
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    agent_ready: Mapping[str, bool] | None = None  # agent pod readiness by node; None: not tracked
+    fabric: Fabric | None = None  # a parsed ibnetdiscover dump
+    switch_tables: Sequence[SwitchTable] = ()
+    label_levels: Sequence[str] = ()
+    model: ClusterModel | None = None
+    include_fabric_hosts: bool = False  # make hosts named in the dump nodes (render without a cluster)
+
+
+@dataclass(frozen=True)
+class Desired:
+    hypernodes: list[dict[str, Any]]  # full objects, sorted by name
+    node_labels: dict[str, dict[str, str]]  # node -> {hypertopo.io/<tierName>: HyperNode name}
+    unhealthy_nodes: frozenset[str]
+    changed: frozenset[str] = frozenset()  # HyperNode names added, changed or removed since last time
+    tree: DomainTree | None = None
+    next_deadline: float | None = None  # when a held-down condition change falls due
+
+
+def build_graph(inputs: ClusterInputs) -> FabricGraph:
+    graph = FabricGraph()
+    for node in (*inputs.reports, *inputs.node_ready, *inputs.node_labels):
+        graph.add_node(node)
+    for report in inputs.reports.values():
+        nodetopology.apply(graph, report)
+    if inputs.model is not None:
+        model.apply(graph, inputs.model, declare_nodes=not inputs.node_ready)
+    if inputs.fabric is not None:
+        ibnetdiscover.apply(graph, inputs.fabric)
+        if inputs.include_fabric_hosts:
+            for host in graph.fabric_hosts():
+                graph.add_node(host)
+    switch_lldp.apply(graph, inputs.switch_tables)
+    if inputs.label_levels:
+        labels.apply(graph, tuple(inputs.label_levels), inputs.node_labels)
+    return graph
+
+
+class Pipeline:
+    def __init__(self, *, ready_threshold: float = 0.0, hold_down_seconds: float = 0.0) -> None:
+        self.threshold = Threshold(ready_threshold)
+        self.hold = HoldDown(hold_down_seconds)
+        self._inputs: ClusterInputs | None = None
+        self._graph = FabricGraph()
+        self._tree: DomainTree | None = None
+        self._names: dict[str, str] = {}
+        self._health: dict[str, MemberHealth] = {}
+        self._objects: dict[str, dict[str, Any]] = {}
+        self._node_labels: dict[str, dict[str, str]] = {}
+
+    # -- full rebuild ---------------------------------------------------------------------------
+    def compute(self, inputs: ClusterInputs, now: float) -> Desired:
+        self._inputs = dataclasses.replace(
+            inputs,
+            reports=dict(inputs.reports),
+            node_ready=dict(inputs.node_ready),
+            agent_ready=None if inputs.agent_ready is None else dict(inputs.agent_ready),
+        )
+        self._graph = build_graph(self._inputs)
+        tree = self._tree = infer(self._graph)
+        self._names = hypernodes.names(tree)
+        self._health = {n: self._member(n) for n in self._graph.nodes}
+        self.hold.forget(tree.domains)
+        previous = self._objects
+        self._objects = {self._names[key]: self._object(key, now) for key in tree.domains}
+        self._node_labels = self._labels(tree)
+        changed = {
+            n for n in previous.keys() | self._objects.keys() if previous.get(n) != self._objects.get(n)
+        }
+        return self._desired(frozenset(changed))
+
+    def refresh(self, now: float) -> Desired:
+        """Re-evaluates every condition (hold-down deadlines) without rebuilding the tree."""
+        if self._tree is None:
+            raise RuntimeError("refresh() before compute()")
+        return self._rerender(list(self._tree.domains), now)
+
+    # -- fast paths -----------------------------------------------------------------------------
+    def update_report(self, node: str, report: NodeReport | None, now: float) -> Desired:
+        """One node's NodeTopology changed (None: deleted)."""
+        inputs = self._require_inputs()
+        reports = dict(inputs.reports)
+        if report is None:
+            reports.pop(node, None)
+        else:
+            reports[node] = report
+        self._inputs = dataclasses.replace(inputs, reports=reports)
+        old = self._graph.facts.get(node)
+        new = nodetopology.facts_of(report) if report is not None else None
+        if node not in self._graph.nodes or old != new:
+            return self.compute(self._inputs, now)
+        return self._refresh_node(node, now)
+
+    def update_node(
+        self, node: str, now: float, *, node_ready: bool | None = None, agent_ready: bool | None = None
+    ) -> Desired:
+        """A Node's Ready condition or its agent pod's readiness changed."""
+        inputs = self._require_inputs()
+        changes: dict[str, Any] = {}
+        if node_ready is not None:
+            changes["node_ready"] = {**inputs.node_ready, node: node_ready}
+        if agent_ready is not None:
+            changes["agent_ready"] = {**(inputs.agent_ready or {}), node: agent_ready}
+        self._inputs = dataclasses.replace(inputs, **changes)
+        if node not in self._graph.nodes:
+            return self.compute(self._inputs, now)
+        return self._refresh_node(node, now)
+
+    # -- internals ------------------------------------------------------------------------------
+    def _require_inputs(self) -> ClusterInputs:
+        if self._inputs is None:
+            raise RuntimeError("call compute() once before the fast-path updates")
+        return self._inputs
+
+    def _member(self, node: str) -> MemberHealth:
+        inputs = self._require_inputs()
+        agents = inputs.agent_ready
+        return member_health(
+            inputs.reports.get(node),
+            node_ready=inputs.node_ready.get(node),
+            agent_alive=None if agents is None else agents.get(node, False),
+        )
+
+    def _refresh_node(self, node: str, now: float) -> Desired:
+        self._health[node] = self._member(node)
+        assert self._tree is not None
+        return self._rerender(self._tree.domains_of(node), now)
+
+    def _rerender(self, keys: list[str], now: float) -> Desired:
+        changed = set()
+        for key in keys:
+            name = self._names[key]
+            obj = self._object(key, now)
+            if obj != self._objects.get(name):
+                self._objects[name] = obj
+                changed.add(name)
+        return self._desired(frozenset(changed))
+
+    def _condition(self, key: str, now: float) -> Condition:
+        assert self._tree is not None
+        wanted = evaluate(self._tree.domains[key].domain.nodes, self._health, self.threshold)
+        return self.hold.observe(key, wanted, now)
+
+    def _object(self, key: str, now: float) -> dict[str, Any]:
+        assert self._tree is not None
+        return hypernodes.hypernode(self._tree.domains[key], self._names, self._condition(key, now))
+
+    def _labels(self, tree: DomainTree) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for node in self._graph.nodes:
+            keys = tree.domains_of(node)
+            if keys:
+                out[node] = {NODE_LABEL_PREFIX + tree.domains[k].tier_name: self._names[k] for k in keys}
+        return out
+
+    def _desired(self, changed: frozenset[str]) -> Desired:
+        return Desired(
+            hypernodes=[self._objects[n] for n in sorted(self._objects)],
+            node_labels=self._node_labels,
+            unhealthy_nodes=frozenset(n for n, h in self._health.items() if h.state is MemberState.UNHEALTHY),
+            changed=changed,
+            tree=self._tree,
+            next_deadline=self.hold.next_deadline(),
+        )

@@ -1,0 +1,251 @@
+"""ibnetdiscover dumps as a fabric source: InfiniBand switches, HCAs and the cables between them.
+
+On an InfiniBand fabric the subnet manager's view (`ibnetdiscover`, run on any host) is the only
+place switch-to-switch cabling is visible, so spine and core tiers come from here. Two output
+formats are read, line by line, mixed in one file if need be:
+
+* the topology format (`ibnetdiscover`): `Switch`/`Ca`/`Rt` blocks, each headed by
+  `switchguid=`/`caguid=`/`rtguid=` and `sysimgguid=` lines, followed by port lines
+  `[port](port-guid) "H-<guid>"[remote-port](remote-port-guid)  # "description" lid N 4xNDR`;
+* the port report (`ibnetdiscover -s -p`): one line per port,
+  `SW  lid port guid width speed - CA lid port guid ( 'local desc' - 'remote desc' )`, with
+  unconnected ports written without the `- ...` part (kept as nodes, no link).
+
+Debug and warning lines that ibnetdiscover mixes into its output (`DR path ...`, `ibwarn: ...`,
+`src/query_smp.c:195; ...`) are noted as warnings. Anything else raises IbnetdiscoverError with
+the line number and the text, so a truncated or garbled dump is never half-read silently.
+
+HCAs become nodes through the GUIDs that NodeTopology reports carry, or through their node
+description ("hostname mlx5_0", "hostname HCA-1"), which the kernel sets from the host name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from aggregator.graph import FabricGraph, normalise_guid
+
+
+class IbnetdiscoverError(ValueError):
+    """A line that is neither part of an ibnetdiscover dump nor one of its known diagnostics."""
+
+    def __init__(self, line_no: int, text: str, reason: str) -> None:
+        super().__init__(f"line {line_no}: {reason}: {text.strip()[:200]!r}")
+        self.line_no = line_no
+        self.text = text
+
+
+@dataclass(frozen=True)
+class IbNode:
+    kind: str  # "Switch" | "Ca" | "Rt"
+    guid: str  # normalised node GUID
+    description: str = ""
+    ports: int = 0
+
+
+@dataclass(frozen=True)
+class IbLink:
+    a: str  # node GUID
+    a_port: int
+    b: str
+    b_port: int
+    a_port_guid: str | None = None
+    b_port_guid: str | None = None
+    speed: str = ""
+
+
+@dataclass
+class Fabric:
+    nodes: dict[str, IbNode] = field(default_factory=dict)
+    links: dict[frozenset[tuple[str, int]], IbLink] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def switches(self) -> list[IbNode]:
+        return [n for n in self.nodes.values() if n.kind == "Switch"]
+
+    def cas(self) -> list[IbNode]:
+        return [n for n in self.nodes.values() if n.kind == "Ca"]
+
+    def add_node(self, node: IbNode) -> None:
+        known = self.nodes.get(node.guid)
+        if known is None or (not known.description and node.description):
+            self.nodes[node.guid] = node
+
+    def add_link(self, link: IbLink) -> None:
+        key = frozenset({(link.a, link.a_port), (link.b, link.b_port)})
+        self.links.setdefault(key, link)
+
+
+_KIND = {"S": "Switch", "H": "Ca", "R": "Rt", "SW": "Switch", "CA": "Ca", "RT": "Rt"}
+_GUID_LINE = re.compile(r"^(switchguid|caguid|rtguid|sysimgguid)=(0x[0-9a-fA-F]+)(\(([0-9a-fA-F]+)\))?$")
+_HEADER = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR])-([0-9a-fA-F]+)"\s*(?:#\s*"([^"]*)"(.*))?$')
+_PORT = re.compile(
+    r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s+"([SHR])-([0-9a-fA-F]+)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?'
+    r"\s*(?:#\s*(.*))?$"
+)
+_SPEED = re.compile(r"(\d+x[A-Z0-9]+)\s*$")
+_PORT_REPORT = re.compile(
+    r"^(SW|CA|RT)\s+(\d+|\?+)\s+(\d+)\s+(0x[0-9a-fA-F]+)\s+(\S+)\s+(\S+)"
+    r"(?:\s+-\s+(SW|CA|RT)\s+(\d+|\?+)\s+(\d+)\s+(0x[0-9a-fA-F]+)\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)"
+    r"|\s+'(.*)')\s*$"
+)
+_DIAGNOSTIC = re.compile(r"^(DR path |ibwarn|ibnetdiscover:|ibnetdiscover |src/\S+:\d+;|warning:)", re.I)
+_IGNORED = re.compile(r"^(#.*|vendid=\S+|devid=\S+|Non-Chassis Nodes|Chassis \S+.*)?$")
+
+
+@dataclass
+class _Block:
+    kind: str
+    guid: str
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.fabric = Fabric()
+        self.block: _Block | None = None
+
+    def feed(self, line_no: int, raw: str) -> None:
+        line = raw.strip()
+        if _IGNORED.match(line):
+            if not line:
+                self.block = None
+            return
+        if _DIAGNOSTIC.match(line):
+            self.fabric.warnings.append(f"line {line_no}: {line[:200]}")
+            return
+        for handler in (self._guid_line, self._header, self._port, self._port_report):
+            if handler(line_no, line):
+                return
+        raise IbnetdiscoverError(line_no, raw, "not an ibnetdiscover line")
+
+    def _guid_line(self, line_no: int, line: str) -> bool:
+        return _GUID_LINE.match(line) is not None  # the block header repeats the node GUID
+
+    def _header(self, line_no: int, line: str) -> bool:
+        match = _HEADER.match(line)
+        if not match:
+            return False
+        kind, ports, _, guid, desc, _rest = match.groups()
+        node = IbNode(kind, normalise_guid(guid), desc or "", int(ports))
+        self.fabric.add_node(node)
+        self.block = _Block(kind, node.guid)
+        return True
+
+    def _port(self, line_no: int, line: str) -> bool:
+        match = _PORT.match(line)
+        if not match:
+            return False
+        if self.block is None:
+            raise IbnetdiscoverError(line_no, line, "port line outside a Switch/Ca/Rt block")
+        port, port_guid, rtype, rguid, rport, rport_guid, comment = match.groups()
+        remote = normalise_guid(rguid)
+        desc = re.search(r'"([^"]*)"', comment or "")
+        self.fabric.add_node(IbNode(_KIND[rtype], remote, desc.group(1) if desc else ""))
+        speed = _SPEED.search(comment or "")
+        self.fabric.add_link(
+            IbLink(
+                a=self.block.guid,
+                a_port=int(port),
+                b=remote,
+                b_port=int(rport),
+                a_port_guid=normalise_guid(port_guid) if port_guid else None,
+                b_port_guid=normalise_guid(rport_guid) if rport_guid else None,
+                speed=speed.group(1) if speed else "",
+            )
+        )
+        return True
+
+    def _port_report(self, line_no: int, line: str) -> bool:
+        match = _PORT_REPORT.match(line)
+        if not match:
+            return False
+        kind, _lid, port, guid, width, speed, rkind, _rlid, rport, rguid, desc, rdesc, lone = match.groups()
+        local = IbNode(_KIND[kind], normalise_guid(guid), desc if rkind else lone)
+        self.fabric.add_node(local)
+        if rkind is None:
+            return True  # an unconnected port: the node exists, no cable
+        remote = IbNode(_KIND[rkind], normalise_guid(rguid), rdesc)
+        self.fabric.add_node(remote)
+        self.fabric.add_link(IbLink(local.guid, int(port), remote.guid, int(rport), speed=f"{width}{speed}"))
+        return True
+
+
+def parse(text: str | Iterable[str]) -> Fabric:
+    """Parses a whole dump (either format); raises IbnetdiscoverError on a malformed line."""
+    parser = _Parser()
+    lines = text.splitlines() if isinstance(text, str) else text
+    for line_no, line in enumerate(lines, start=1):
+        parser.feed(line_no, line.rstrip("\n"))
+    return parser.fabric
+
+
+def parse_file(path: str) -> Fabric:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return parse(handle)
+    except IbnetdiscoverError as exc:
+        raise IbnetdiscoverError(exc.line_no, exc.text, f"{path}: not an ibnetdiscover line") from exc
+
+
+# --- naming --------------------------------------------------------------------------------------
+
+_MELLANOX_DESC = re.compile(r"^MF0;([^:]+):")  # "MF0;<hostname>:<model>/U1" (managed switches)
+_HCA_NAME = re.compile(
+    r"^(HCA-\d+|mlx\d+_\d+|mlx\d+_bond_\d+|qib\d+|hfi\d+_\d+|ibp\S+|bnxt_re\d+|irdma\d+)$", re.I
+)
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def switch_names(fabric: Fabric) -> dict[str, str]:
+    """GUID -> switch ID: the managed name in the description, a one-word description, else
+    "ib-<guid>"; names that two switches would share fall back to the GUID form."""
+    wanted: dict[str, str] = {}
+    for node in fabric.switches():
+        desc = node.description.strip()
+        managed = _MELLANOX_DESC.match(desc)
+        if managed:
+            wanted[node.guid] = managed.group(1)
+        elif _PLAIN.match(desc):
+            wanted[node.guid] = desc
+        else:
+            wanted[node.guid] = f"ib-{node.guid}"
+    counts: dict[str, int] = {}
+    for name in wanted.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {guid: (name if counts[name] == 1 else f"ib-{guid}") for guid, name in wanted.items()}
+
+
+def host_of(description: str) -> str | None:
+    """The host name in an HCA's node description ("node17 mlx5_0" -> "node17"), if it has one."""
+    words = description.split()
+    if len(words) >= 2 and _HCA_NAME.match(words[1]) and _PLAIN.match(words[0]):
+        return words[0].lower()
+    return None
+
+
+def apply(graph: FabricGraph, fabric: Fabric) -> None:
+    """Switch-to-switch links, and HCA-to-switch attachments by GUID and by host name."""
+    names = switch_names(fabric)
+    for link in fabric.links.values():
+        a_switch, b_switch = names.get(link.a), names.get(link.b)
+        if a_switch and b_switch:
+            graph.add_switch_link(a_switch, b_switch)
+        elif a_switch or b_switch:
+            switch = a_switch or b_switch
+            assert switch is not None
+            ca, ca_port_guid = (link.b, link.b_port_guid) if a_switch else (link.a, link.a_port_guid)
+            _attach(graph, fabric.nodes.get(ca), ca, ca_port_guid, switch)
+    graph.switches.update(names.values())
+
+
+def _attach(graph: FabricGraph, ca: IbNode | None, guid: str, port_guid: str | None, switch: str) -> None:
+    if ca is not None and ca.kind != "Ca":
+        return  # a router: not a compute node
+    graph.attach_guid(guid, switch)
+    if port_guid:
+        graph.attach_guid(port_guid, switch)
+    host = host_of(ca.description) if ca else None
+    if host:
+        graph.attach_host(host, switch)

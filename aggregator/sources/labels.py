@@ -1,0 +1,33 @@
+"""Node-label levels as a source: topology a cluster already writes on its Nodes.
+
+Many clusters label nodes with their place (`topology.kubernetes.io/zone`, a block or rack label
+from the provider), the way Kueue's Topology levels name them: an ordered list of label keys,
+broadest first. Each level groups nodes by their values for that key and every broader one, so
+"rack r1" in zone a and "rack r1" in zone b are different domains. Tier inference places these
+domains above what the switch fabric shows (aggregator.tiers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aggregator.graph import FabricGraph
+
+
+class LabelLevelsError(ValueError):
+    pass
+
+
+def parse_levels(text: str) -> tuple[str, ...]:
+    """ "zone,example.com/block" -> ("zone", "example.com/block"); broadest first."""
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    if len(set(keys)) != len(keys):
+        raise LabelLevelsError(f"label levels repeat a key: {text!r}")
+    return keys
+
+
+def apply(graph: FabricGraph, levels: tuple[str, ...], labels: Mapping[str, Mapping[str, str]]) -> None:
+    """Label paths for the graph's nodes (labels of nodes the graph does not know are ignored)."""
+    graph.set_labels(
+        levels, {node: node_labels for node, node_labels in labels.items() if node in graph.nodes}
+    )

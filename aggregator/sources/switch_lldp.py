@@ -1,0 +1,128 @@
+"""Switch LLDP tables as a fabric source: switch-to-switch cabling on Ethernet/RoCE fabrics.
+
+On RoCE fabrics there is no subnet manager to ask; but network operating systems that run lldpd
+(SONiC, Cumulus) can export `lldpcli -f json0 show neighbors`, one file per switch. Each
+neighbour that is itself a switch (it announces the Bridge or Router capability, or is not a known
+node) gives a switch-to-switch link; a neighbour that is a known node gives that node's cabling.
+
+The switch a file belongs to is named by its `local-chassis` section when the file has one
+(`lldpcli -f json0 show chassis` output merged in), else by the file name (`leaf1.json` -> leaf1).
+Both lldpd JSON flavours are read: `json0` (every value a list) and `json` (single values bare).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aggregator.graph import FabricGraph
+from aggregator.sources.nodetopology import switch_id
+
+
+class SwitchLldpError(ValueError):
+    """A file that is not lldpcli JSON output."""
+
+
+@dataclass(frozen=True)
+class SwitchNeighbour:
+    local_port: str
+    name: str  # neighbour's system name, else chassis ID
+    port: str
+    is_switch: bool | None  # from announced capabilities; None when none were announced
+
+
+@dataclass(frozen=True)
+class SwitchTable:
+    switch: str
+    neighbours: tuple[SwitchNeighbour, ...]
+
+
+def _items(value: Any) -> list[Any]:
+    """json0 wraps everything in lists; json does not (and uses dicts keyed by name)."""
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _text(value: Any) -> str:
+    for item in _items(value):
+        if isinstance(item, Mapping):
+            return str(item.get("value", ""))
+        return str(item)
+    return ""
+
+
+def _interfaces(lldp: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for section in _items(lldp):
+        for iface in _items(section.get("interface") if isinstance(section, Mapping) else None):
+            if isinstance(iface, Mapping) and "name" in iface:
+                found.append((str(iface["name"]), iface))
+            elif isinstance(iface, Mapping):  # json flavour: {"swp1": {...}}
+                found.extend((str(k), v) for k, v in iface.items() if isinstance(v, Mapping))
+    return found
+
+
+def _chassis(section: Any) -> tuple[str, str, bool | None]:
+    """(system name, chassis id, is-switch) of a chassis section in either flavour."""
+    for chassis in _items(section):
+        if not isinstance(chassis, Mapping):
+            continue
+        if "id" not in chassis and len(chassis) == 1:  # json flavour: {"spine1": {...}}
+            ((name, body),) = chassis.items()
+            _, cid, caps = _chassis(body)
+            return str(name), cid, caps
+        capabilities = [c for c in _items(chassis.get("capability")) if isinstance(c, Mapping)]
+        enabled = {str(c.get("type")) for c in capabilities if c.get("enabled")}
+        is_switch = bool(enabled & {"Bridge", "Router"}) if capabilities else None
+        return _text(chassis.get("name")), _text(chassis.get("id")), is_switch
+    return "", "", None
+
+
+def parse_table(text: str, *, default_name: str) -> SwitchTable:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SwitchLldpError(f"not JSON (line {exc.lineno}): {exc.msg}") from exc
+    if not isinstance(doc, Mapping) or not ({"lldp", "local-chassis"} & set(doc)):
+        raise SwitchLldpError("expected lldpcli JSON with an 'lldp' or 'local-chassis' section")
+    local_name, local_id, _ = _chassis(
+        [
+            c
+            for s in _items(doc.get("local-chassis"))
+            if isinstance(s, Mapping)
+            for c in _items(s.get("chassis"))
+        ]
+    )
+    switch = switch_id(local_name, local_id) if (local_name or local_id) else default_name
+    neighbours = []
+    for port_name, iface in _interfaces(doc.get("lldp")):
+        name, cid, is_switch = _chassis(iface.get("chassis"))
+        port = next((p for p in _items(iface.get("port")) if isinstance(p, Mapping)), {})
+        neighbours.append(SwitchNeighbour(port_name, switch_id(name, cid), _text(port.get("id")), is_switch))
+    return SwitchTable(switch, tuple(neighbours))
+
+
+def load_files(paths: Iterable[str]) -> list[SwitchTable]:
+    tables = []
+    for path in paths:
+        stem = os.path.basename(path).split(".")[0]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                tables.append(parse_table(handle.read(), default_name=stem))
+        except (OSError, SwitchLldpError) as exc:
+            raise SwitchLldpError(f"{path}: {exc}") from exc
+    return tables
+
+
+def apply(graph: FabricGraph, tables: Iterable[SwitchTable]) -> None:
+    for table in tables:
+        graph.switches.add(table.switch)
+        for neighbour in table.neighbours:
+            if neighbour.name in graph.nodes and neighbour.is_switch is not True:
+                graph.attach_host(neighbour.name, table.switch)
+            elif neighbour.is_switch is not False:
+                graph.add_switch_link(table.switch, neighbour.name)

@@ -1,0 +1,328 @@
+"""Tier inference: `infer(graph) -> DomainTree`, the nested performance domains of a fabric.
+
+Candidate domains come from the graph:
+
+* `nvlink`: nodes sharing a multi-node NVLink clique;
+* `leaf`: nodes cabled to the same SET of switches (on a rail-optimised fabric every node of a
+  scalable unit touches the same leaf in each rail, so the rail group is one domain);
+* `spine`, `core` (and `core2`, ... on deeper fabrics): switches one, two, ... levels above the
+  leaves; leaf domains whose uplinks reach a common switch of a level share that level's domain;
+* label levels (sources.labels): above the highest switch level, finest label first.
+
+Switch levels are longest-path heights over uplinks: declared links (a model) carry their
+direction; discovered links are oriented by hop distance from the nearest leaf (links between
+switches at the same distance, such as MLAG peer links, are lateral and ignored).
+
+Domains nest by containment of node sets, not by a fixed order of kinds: an NVLink domain sits
+below the leaves when it fits inside them and above them when it spans several (a multi-rack
+domain). Kinds are ranked once for the whole cluster so every tier has one tier name; domains are
+then accepted smallest rank first, and a domain whose node set equals an accepted one merges into
+it (an NVL72 rack that is exactly one leaf is one HyperNode, named after its lowest kind), while one
+that partly overlaps an accepted domain would break the tree and is dropped, with the reason.
+Nodes without a domain at some level simply join the next level up.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from aggregator.graph import FabricGraph
+
+NVLINK = "nvlink"
+K = TypeVar("K")
+
+
+def switch_kind(level: int) -> str:
+    """0 leaf, 1 spine, 2 core, then core2, core3, ... on deeper fabrics."""
+    return ("leaf", "spine", "core")[level] if level < 3 else f"core{level - 1}"
+
+
+@dataclass(frozen=True)
+class Domain:
+    key: str  # unique: kind + identity
+    kind: str
+    identity: tuple[str, ...]  # switch IDs, the clique, or the label path
+    nodes: frozenset[str]
+
+
+@dataclass(frozen=True)
+class TreeDomain:
+    domain: Domain
+    tier: int
+    parent: str | None
+    children: tuple[str, ...]  # keys of child domains, sorted
+    direct_nodes: tuple[str, ...]  # nodes not inside any child, sorted
+    merged: tuple[str, ...] = ()  # keys of domains with the same node set, merged into this one
+
+    @property
+    def key(self) -> str:
+        return self.domain.key
+
+    @property
+    def tier_name(self) -> str:
+        return self.domain.kind
+
+
+@dataclass(frozen=True)
+class DomainTree:
+    domains: Mapping[str, TreeDomain]
+    tiers: tuple[str, ...]  # tier name of tier 1, 2, ...
+    lowest: Mapping[str, str]  # node -> key of the smallest domain holding it
+    dropped: tuple[tuple[str, str], ...] = ()  # (key, reason)
+
+    def ancestors(self, key: str) -> list[str]:
+        """The key itself and every domain above it, innermost first."""
+        chain: list[str] = []
+        current: str | None = key
+        while current is not None:
+            chain.append(current)
+            current = self.domains[current].parent
+        return chain
+
+    def domains_of(self, node: str) -> list[str]:
+        lowest = self.lowest.get(node)
+        return self.ancestors(lowest) if lowest else []
+
+
+# --- candidates ----------------------------------------------------------------------------------
+
+
+def _group(pairs: Iterable[tuple[str, K | None]]) -> dict[K, set[str]]:
+    """Nodes grouped by a value; nodes whose value is empty belong to no group."""
+    groups: dict[K, set[str]] = defaultdict(set)
+    for node, value in pairs:
+        if value:
+            groups[value].add(node)
+    return groups
+
+
+def _nvlink_domains(graph: FabricGraph) -> list[Domain]:
+    groups = _group((n, graph.nvlink_of(n)) for n in graph.nodes)
+    return [Domain(f"{NVLINK}:{d}", NVLINK, (str(d),), frozenset(ns)) for d, ns in groups.items()]
+
+
+def _switch_levels(graph: FabricGraph, leaves: set[str]) -> dict[str, int]:
+    """Height of every switch above the leaves (leaves 0); switches no leaf reaches are left out."""
+    adjacent: dict[str, set[str]] = defaultdict(set)
+    for a, b in graph.switch_links:
+        adjacent[a].add(b)
+        adjacent[b].add(a)
+    distance = {s: 0 for s in leaves}
+    frontier = sorted(leaves)
+    while frontier:
+        nxt = []
+        for s in frontier:
+            for t in adjacent[s]:
+                if t not in distance:
+                    distance[t] = distance[s] + 1
+                    nxt.append(t)
+        frontier = nxt
+    down: dict[str, set[str]] = defaultdict(set)
+    declared = {frozenset(link) for link in graph.uplinks}
+    for child, parent in graph.uplinks:
+        down[parent].add(child)
+    for a, b in graph.switch_links:
+        if frozenset((a, b)) in declared or a not in distance or b not in distance:
+            continue
+        if distance[a] != distance[b]:
+            low, high = (a, b) if distance[a] < distance[b] else (b, a)
+            down[high].add(low)
+    levels: dict[str, int] = {}
+
+    def height(s: str, visiting: frozenset[str]) -> int | None:
+        if s in levels:
+            return levels[s]
+        if s in leaves:
+            levels[s] = 0
+            return 0
+        below = [
+            h for c in down[s] if c not in visiting for h in [height(c, visiting | {s})] if h is not None
+        ]
+        if not below:
+            return None
+        levels[s] = 1 + max(below)
+        return levels[s]
+
+    for s in sorted(distance):
+        height(s, frozenset())
+    return levels
+
+
+def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int]:
+    """Leaf domains and the domains of every level above them; also the number of levels."""
+    attached = {n: graph.attached_switches(n) for n in graph.nodes}
+    leaf_groups = _group(attached.items())
+    domains = [
+        Domain("leaf:" + "+".join(sorted(sw)), "leaf", tuple(sorted(sw)), frozenset(ns))
+        for sw, ns in leaf_groups.items()
+    ]
+    leaves = {s for sw in leaf_groups for s in sw}
+    levels = _switch_levels(graph, leaves)
+    up: dict[str, set[str]] = defaultdict(set)
+    for a, b in graph.switch_links:
+        if a in levels and b in levels and levels[a] != levels[b]:
+            low, high = (a, b) if levels[a] < levels[b] else (b, a)
+            up[low].add(high)
+    reach: dict[str, frozenset[str]] = {}
+
+    def above(s: str) -> frozenset[str]:
+        if s not in reach:
+            reach[s] = frozenset()  # cycle guard
+            reach[s] = frozenset({s}).union(*(above(p) for p in up[s]))
+        return reach[s]
+
+    top = max(levels.values(), default=0)
+    for level in range(1, top + 1):
+        domains.extend(_level_domains(leaf_groups, above, levels, level))
+    return domains, (top + 1 if leaves else 0)
+
+
+def _level_domains(
+    leaf_groups: Mapping[frozenset[str], set[str]],
+    above: Callable[[str], frozenset[str]],
+    levels: Mapping[str, int],
+    level: int,
+) -> list[Domain]:
+    """Domains of one switch level: leaf groups reaching a common switch of the level share one."""
+    parent: dict[str, str] = {}
+
+    def find(s: str) -> str:
+        while parent.setdefault(s, s) != s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    reached: list[tuple[set[str], list[str]]] = []
+    for switches, nodes in leaf_groups.items():
+        at_level = sorted({s for leaf in switches for s in above(leaf) if levels.get(s) == level})
+        if at_level:
+            for s in at_level[1:]:
+                parent[find(s)] = find(at_level[0])
+            reached.append((nodes, at_level))
+    members: dict[str, set[str]] = defaultdict(set)
+    node_sets: dict[str, set[str]] = defaultdict(set)
+    for nodes, at_level in reached:
+        root = find(at_level[0])
+        members[root].update(at_level)
+        node_sets[root].update(nodes)
+    kind = switch_kind(level)
+    return [
+        Domain(
+            f"{kind}:" + "+".join(sorted(members[r])),
+            kind,
+            tuple(sorted(members[r])),
+            frozenset(node_sets[r]),
+        )
+        for r in members
+    ]
+
+
+def _label_domains(graph: FabricGraph, first_level: int) -> list[Domain]:
+    domains: list[Domain] = []
+    depth = len(graph.label_levels)
+    for index in range(depth):
+        kind = switch_kind(first_level + depth - 1 - index)  # finest label is the lowest
+        groups = _group((n, path[: index + 1]) for n, path in graph.label_paths.items() if len(path) > index)
+        for path, nodes in groups.items():
+            identity = tuple(f"{k}={v}" for k, v in path)
+            domains.append(Domain(f"{kind}:label:" + "/".join(identity), kind, identity, frozenset(nodes)))
+    return domains
+
+
+# --- ranking and nesting -------------------------------------------------------------------------
+
+
+def _nvlink_position(nvlink: list[Domain], base: list[str], by_kind: Mapping[str, list[Domain]]) -> int:
+    """How many base kinds (from the bottom) every NVLink domain strictly contains: the NVLink
+    tier goes right above them. The least over all domains, so no domain sits above a container."""
+    owner: dict[str, dict[str, Domain]] = {}
+    for kind in base:
+        owner[kind] = {n: d for d in by_kind.get(kind, ()) for n in d.nodes}
+    position = len(base)
+    for domain in nvlink:
+        count = 0
+        for kind in base:
+            touched = {owner[kind][n].key: owner[kind][n] for n in domain.nodes if n in owner[kind]}
+            if any(not (d.nodes < domain.nodes) for d in touched.values()):
+                break
+            count += 1
+        position = min(position, count)
+    return position
+
+
+def _ranked_kinds(candidates: list[Domain], switch_levels: int, label_levels: int) -> list[str]:
+    base = [switch_kind(level) for level in range(switch_levels + label_levels)]
+    nvlink = [d for d in candidates if d.kind == NVLINK]
+    if not nvlink:
+        return base
+    by_kind: dict[str, list[Domain]] = defaultdict(list)
+    for d in candidates:
+        by_kind[d.kind].append(d)
+    position = _nvlink_position(nvlink, base, by_kind)
+    return [*base[:position], NVLINK, *base[position:]]
+
+
+@dataclass
+class _Nesting:
+    top: dict[str, str]  # node -> key of the largest accepted domain holding it
+    accepted: dict[str, Domain]
+    parent: dict[str, str]
+    children: dict[str, list[str]]
+    direct: dict[str, list[str]]
+    merged: dict[str, list[str]]
+    dropped: list[tuple[str, str]]
+
+    def offer(self, domain: Domain) -> None:
+        inside: dict[str | None, int] = defaultdict(int)
+        for node in domain.nodes:
+            inside[self.top.get(node)] += 1
+        for key, count in inside.items():
+            if key is not None and count != len(self.accepted[key].nodes):
+                self.dropped.append((domain.key, f"partly overlaps {key}; kept {key}"))
+                return
+        if len(inside) == 1 and None not in inside:
+            (same,) = inside
+            assert same is not None
+            self.merged[same].append(domain.key)  # same node set: one HyperNode
+            return
+        self.accepted[domain.key] = domain
+        self.children[domain.key] = sorted(k for k in inside if k is not None)
+        self.direct[domain.key] = sorted(n for n in domain.nodes if n not in self.top)
+        for child in self.children[domain.key]:
+            self.parent[child] = domain.key
+        for node in domain.nodes:
+            self.top[node] = domain.key
+
+
+def candidates(graph: FabricGraph) -> tuple[list[Domain], list[str]]:
+    """Every candidate domain and the cluster's ranked kinds (lowest first)."""
+    switch_domains, switch_levels = _switch_domains(graph)
+    label_domains = _label_domains(graph, switch_levels)
+    found = _nvlink_domains(graph) + switch_domains + label_domains
+    return found, _ranked_kinds(found, switch_levels, len(graph.label_levels))
+
+
+def infer(graph: FabricGraph) -> DomainTree:
+    found, kinds = candidates(graph)
+    rank = {kind: i for i, kind in enumerate(kinds)}
+    nest = _Nesting({}, {}, {}, {}, {}, defaultdict(list), [])
+    for domain in sorted(found, key=lambda d: (rank[d.kind], d.key)):
+        nest.offer(domain)
+    used = [k for k in kinds if any(d.kind == k for d in nest.accepted.values())]
+    tier = {kind: i + 1 for i, kind in enumerate(used)}
+    domains = {
+        key: TreeDomain(
+            domain=d,
+            tier=tier[d.kind],
+            parent=nest.parent.get(key),
+            children=tuple(nest.children[key]),
+            direct_nodes=tuple(nest.direct[key]),
+            merged=tuple(nest.merged.get(key, ())),
+        )
+        for key, d in nest.accepted.items()
+    }
+    lowest = {n: key for key, td in domains.items() for n in td.direct_nodes}
+    return DomainTree(domains, tuple(used), lowest, tuple(nest.dropped))

@@ -30,10 +30,10 @@ _FABRIC_STATES = {0: "not-supported", 1: "not-started", 2: "in-progress", 3: "co
 
 
 def _error_names(pynvml: Any) -> dict[int, str]:
+    """NVML_ERROR_GPU_IS_LOST = 15 -> {15: "GPU_IS_LOST"}, from whatever codes this pynvml knows."""
     prefix = "NVML_ERROR_"
-    return {
-        v: k[len(prefix) :] for k, v in vars(pynvml).items() if k.startswith(prefix) and isinstance(v, int)
-    }
+    names = (k for k in dir(pynvml) if k.startswith(prefix))
+    return {getattr(pynvml, k): k[len(prefix) :] for k in names if isinstance(getattr(pynvml, k), int)}
 
 
 def _text(value: object) -> str:

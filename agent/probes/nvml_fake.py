@@ -89,6 +89,7 @@ class FakeNvml:
         ]
         self._down: set[tuple[int, int]] = set()
         self._ecc: dict[int, int] = {}
+        self._link_errors: dict[tuple[int, int, str], int] = {}
         self._fabric: dict[int, GpuFabric | None] = {}
         self._failures: dict[tuple[str, int | None], str] = {}
         self._events: queue.Queue[XidEvent] = queue.Queue()
@@ -128,6 +129,13 @@ class FakeNvml:
         for method in CALLS:
             if method not in ("driver_version", "device_count", "register_xid_events", "wait_xid"):
                 self._failures[(method, gpu)] = "GPU_IS_LOST"
+
+    def set_link_errors(self, gpu: int, link: int, **counters: int) -> None:
+        """Sets NVLink DL error counters (`replay=`, `recovery=`, `crc_flit=`, `crc_data=`)."""
+        for counter, value in counters.items():
+            if counter not in ERROR_COUNTERS:
+                raise ValueError(f"no NVLink error counter {counter!r}")
+            self._link_errors[(gpu, link, counter)] = value
 
     def set_uncorrected_ecc(self, gpu: int, count: int) -> None:
         self._ecc[gpu] = count
@@ -200,10 +208,10 @@ class FakeNvml:
         return self.profile.switch_bus_ids[self.profile.switch_of_link[link]]
 
     def link_error_counter(self, handle: object, link: int, counter: str) -> int:
-        self._link("link_error_counter", handle, link)
+        index = self._link("link_error_counter", handle, link)
         if counter not in ERROR_COUNTERS:
             raise NvmlError(CALLS["link_error_counter"], "INVALID_ARGUMENT")
-        return 0
+        return self._link_errors.get((index, link, counter), 0)
 
     def fabric_info(self, handle: object) -> GpuFabric:
         fabric = self._fabric.get(self._index("fabric_info", handle))

@@ -54,11 +54,13 @@ class XidWatcher:
         on_event: Callable[[int, int], None],
         *,
         poll_ms: int = 500,
+        backoff_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._backend = backend
         self._on_event = on_event
         self._poll_ms = poll_ms
+        self._backoff_s = backoff_s
         self._clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -94,7 +96,7 @@ class XidWatcher:
             except NvmlError as exc:
                 self.wait_errors += 1
                 self.error = str(exc)
-                self._stop.wait(1.0)  # a lost GPU makes every wait fail: do not spin
+                self._stop.wait(self._backoff_s)  # a lost GPU makes every wait fail: do not spin
                 continue
             if event is not None:
                 self._record(event.gpu_index, event.xid)

@@ -41,7 +41,8 @@ class NetlinkUnavailable(RuntimeError):
 
 def _open(netns: str | None) -> Any:
     try:
-        return IPRoute(netns=netns) if netns else IPRoute()
+        # flags=0: open an existing namespace only (pyroute2's default, O_CREAT, would make one)
+        return IPRoute(netns=netns, flags=0) if netns else IPRoute()
     except Exception as exc:  # pyroute2 raises OSError, NetlinkError or its own errors
         raise NetlinkUnavailable(
             f"cannot open rtnetlink{f' in netns {netns}' if netns else ''}: {exc}"

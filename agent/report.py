@@ -287,7 +287,11 @@ def _from_wire(cls: Any, data: Any) -> Any:
             kwargs = {}
             for f in dataclasses.fields(cls):
                 key = _camel(f.name)
-                if f.metadata.get("metric_only") or key not in data:
+                if f.metadata.get("metric_only"):
+                    continue
+                if key not in data:
+                    if f.default is dataclasses.MISSING and type(None) in get_args(hints[f.name]):
+                        kwargs[f.name] = None  # required but optional (Interface.mac): None was omitted
                     continue
                 kwargs[f.name] = _from_wire(hints[f.name], data[key])
             return cls(**kwargs)

@@ -284,7 +284,7 @@ def _from_wire(cls: Any, data: Any) -> Any:
     if origin is None and isinstance(cls, type):
         if dataclasses.is_dataclass(cls):
             hints = get_type_hints(cls)
-            kwargs = {}
+            kwargs: dict[str, Any] = {}
             for f in dataclasses.fields(cls):
                 key = _camel(f.name)
                 if f.metadata.get("metric_only"):

@@ -262,3 +262,13 @@ def test_link_error_counters_are_read_for_up_links_and_do_not_change_the_report(
     assert gpu.nvlinks[2].error_counters["replay"] == 0
     assert gpu.health.state == Health.OK
     assert report_spec(NodeReport("n", {}, nvml=result.value)) == before
+
+
+def test_once_a_gpu_is_lost_it_is_asked_nothing_more() -> None:
+    fake = FakeNvml("hgx-h100")
+    fake.fail("link_state", "GPU_IS_LOST", gpu=1)
+    fake.fail("uncorrected_ecc", "UNKNOWN", gpu=1)  # would show in the reason if it were still asked
+    gpu = run(fake).value.gpus[1]  # type: ignore[union-attr]
+    assert gpu.health.state == Health.FAILED
+    assert gpu.health.reason == "GPU 1 (00000000:2A:00.0): nvmlDeviceGetNvLinkState: GPU_IS_LOST"
+    assert gpu.nvlinks == () and gpu.numa_node is None

@@ -64,7 +64,10 @@ class _Issues:
     failed: list[str] = field(default_factory=list)
     degraded: list[str] = field(default_factory=list)
 
+    lost: bool = False
+
     def error(self, exc: NvmlError) -> None:
+        self.lost = self.lost or exc.name == GPU_IS_LOST
         (self.failed if exc.name == GPU_IS_LOST else self.degraded).append(f"{exc.call}: {exc.name}")
 
     def health(self, label: str) -> ComponentHealth:
@@ -94,6 +97,8 @@ def _call(issues: _Issues, fn: Callable[..., R], *args: object) -> R | None:
 def _links(backend: NvmlBackend, handle: DeviceHandle, issues: _Issues) -> tuple[NvLink, ...]:
     links: list[NvLink] = []
     for link in range(backend.max_links):
+        if issues.lost:  # every further call would fail the same way (and slowly)
+            break
         try:
             up = backend.link_state(handle, link)
         except NvmlError as exc:
@@ -106,22 +111,22 @@ def _links(backend: NvmlBackend, handle: DeviceHandle, issues: _Issues) -> tuple
 
 def _link(backend: NvmlBackend, handle: DeviceHandle, link: int, up: bool, issues: _Issues) -> NvLink:
     version = _call(issues, backend.link_version, handle, link)
-    remote: object | None = None
-    remote_bus: object | None = None
+    remote: RemoteType | None = None
+    remote_bus: str | None = None
     if up:  # remote end and counters are only meaningful on an active link
         remote = _call(issues, backend.link_remote_type, handle, link)
         remote_bus = _call(issues, backend.link_remote_pci_bus_id, handle, link)
     counters: dict[str, int] = {}
     for counter in ERROR_COUNTERS if up else ():
         value = _call(issues, backend.link_error_counter, handle, link, counter)
-        if isinstance(value, int):
+        if value is not None:
             counters[counter] = value
     return NvLink(
         link=link,
         state="up" if up else "down",
-        version=version if isinstance(version, int) else None,
-        remote_type=str(remote) if remote is not None else None,
-        remote_pci_bus_id=str(remote_bus) if remote_bus is not None else None,
+        version=version,
+        remote_type=remote,
+        remote_pci_bus_id=remote_bus,
         error_counters=counters,
     )
 
@@ -162,34 +167,34 @@ def _xid_health(xids: Mapping[int, int], issues: _Issues) -> None:
 
 def _gpu(backend: NvmlBackend, index: int, sysfs: Path, xids: Mapping[int, int]) -> Gpu:
     issues = _Issues()
-    label = f"GPU {index}"
+    _xid_health(xids, issues)
     try:
         handle = backend.handle(index)
     except NvmlError as exc:
         issues.error(exc)
         issues.failed.append("GPU not reachable")
-        return Gpu(index=index, uuid="", name="", pci_bus_id="", health=issues.health(label))
-    uuid = _call(issues, backend.uuid, handle)
-    name = _call(issues, backend.name, handle)
-    bus_id = _call(issues, backend.pci_bus_id, handle)
-    bus = str(bus_id) if bus_id is not None else ""
-    if bus:
-        label = f"GPU {index} ({bus})"
+        return Gpu(index=index, uuid="", name="", pci_bus_id="", health=issues.health(f"GPU {index}"))
+    uuid = _call(issues, backend.uuid, handle) or ""
+    name = _call(issues, backend.name, handle) or ""
+    bus = _call(issues, backend.pci_bus_id, handle) or ""
     links = _links(backend, handle, issues)
-    ecc = _call(issues, backend.uncorrected_ecc, handle)
-    if isinstance(ecc, int) and ecc > 0:
+    lost = issues.lost  # a lost GPU answers nothing more: do not ask
+    ecc = None if lost else _call(issues, backend.uncorrected_ecc, handle)
+    if ecc:
         issues.degraded.append(f"{ecc} uncorrected ECC errors")
-    _xid_health(xids, issues)
+    numa = None if lost or not bus else _numa(backend, handle, bus, sysfs, issues)
+    fabric = None if lost else _fabric(backend, handle, issues)
+    label = f"GPU {index} ({bus})" if bus else f"GPU {index}"
     return Gpu(
         index=index,
-        uuid=str(uuid or ""),
-        name=str(name or ""),
+        uuid=uuid,
+        name=name,
         pci_bus_id=bus,
-        numa_node=_numa(backend, handle, bus, sysfs, issues) if bus else None,
+        numa_node=numa,
         nvlinks=links,
-        fabric=_fabric(backend, handle, issues),
+        fabric=fabric,
         health=issues.health(label),
-        uncorrected_ecc=ecc if isinstance(ecc, int) else None,
+        uncorrected_ecc=ecc,
         xid_events=dict(xids),
     )
 

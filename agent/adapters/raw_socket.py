@@ -155,7 +155,7 @@ class LldpListener:
             except OSError as exc:  # ENETDOWN when the link drops, ENODEV / ENXIO when it goes away
                 self._lost(interface, exc)
                 return
-            if len(address) > 2 and address[2] == PACKET_OUTGOING:
+            if isinstance(address, tuple) and len(address) > 2 and address[2] == PACKET_OUTGOING:
                 continue
             reason = self.table.observe(interface, data, self._clock())
             if reason:

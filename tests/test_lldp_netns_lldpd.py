@@ -1,0 +1,227 @@
+"""Real LLDP on a real cable, as far as a CI machine has one: two network namespaces joined by a
+veth pair, Debian's lldpd playing the leaf switch `leaf-sw1` in one, and in the other the agent's
+raw-socket listener (and a host lldpd read through its socket with lldpcli). The listener must
+report the switch and the switch-side port, ignore what its own host sends, and drop the switch
+at once when lldpd says goodbye with a shutdown LLDPDU, long before its TTL runs out."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from realparts import require_binary, require_root
+
+from agent.adapters.lldpd_socket import LldpdReader
+from agent.lldp.lldpcli import parse_json
+
+pytestmark = pytest.mark.netns
+
+REPO = Path(__file__).resolve().parent.parent
+SWITCH_NAME = "leaf-sw1"
+HOST_NAME = "gpu-node-1"
+SWITCH_PORT = "swp1"
+HOST_PORT = "eth0"
+TX_HOLD = 10  # TTL = tx-interval 1 s x tx-hold 10: goodbye must beat expiry by seconds
+
+
+@dataclass
+class Fabric:
+    ip: str
+    lldpd: str
+    lldpcli: str
+    workdir: Path
+    switch_ns: str
+    host_ns: str
+    processes: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+
+    def sock(self, role: str) -> Path:
+        return self.workdir / f"{role}.sock"
+
+    def start_lldpd(self, role: str, namespace: str, interface: str, hostname: str) -> None:
+        config = self.workdir / f"{role}.conf"
+        config.write_text(
+            f"configure system hostname {hostname}\n"
+            "configure lldp tx-interval 1\n"
+            f"configure lldp tx-hold {TX_HOLD}\n"
+        )
+        argv = [self.ip, "netns", "exec", namespace, self.lldpd, "-d", "-u", str(self.sock(role))]
+        argv += ["-O", str(config), "-L", self.lldpcli, "-I", interface]
+        log = (self.workdir / f"{role}.log").open("w")
+        self.processes[role] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+    def stop(self, role: str) -> None:
+        proc = self.processes.pop(role, None)
+        if proc and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.workdir.glob("*.log")))
+
+    def mac(self, namespace: str, interface: str) -> str:
+        out = subprocess.run(
+            [self.ip, "-n", namespace, "-j", "link", "show", interface],
+            capture_output=True, text=True, check=True, timeout=10,
+        )  # fmt: skip
+        address: str = json.loads(out.stdout)[0]["address"]
+        return address
+
+
+def _ip(ip: str, *args: str) -> None:
+    subprocess.run([ip, *args], check=True, capture_output=True, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def fabric() -> Iterator[Fabric]:
+    require_root()
+    ip, lldpd, lldpcli = require_binary("ip"), require_binary("lldpd"), require_binary("lldpcli")
+    suffix = uuid.uuid4().hex[:6]
+    # a short directory: lldpd's control socket path must fit in sun_path (108 bytes)
+    workdir = Path(tempfile.mkdtemp(prefix="htlldp-"))
+    workdir.chmod(0o755)  # lldpd's own lldpcli (run as _lldpd at start) must reach the socket
+    fab = Fabric(ip, lldpd, lldpcli, workdir, f"htsw-{suffix}", f"hthost-{suffix}")
+    created: list[str] = []
+    try:
+        for ns in (fab.switch_ns, fab.host_ns):
+            _ip(ip, "netns", "add", ns)
+            created.append(ns)
+        _ip(ip, "link", "add", SWITCH_PORT, "netns", fab.switch_ns, "type", "veth",
+            "peer", "name", HOST_PORT, "netns", fab.host_ns)  # fmt: skip
+        for ns, port in ((fab.switch_ns, SWITCH_PORT), (fab.host_ns, HOST_PORT)):
+            _ip(ip, "-n", ns, "link", "set", "lo", "up")
+            _ip(ip, "-n", ns, "link", "set", port, "up")
+        yield fab
+    finally:
+        for role in list(fab.processes):
+            fab.stop(role)
+        for ns in created:  # deleting a namespace also deletes its end of the veth pair
+            subprocess.run([ip, "netns", "del", ns], capture_output=True, timeout=10, check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class Listener:
+    """The agent's listener running in the host namespace, read one JSON line per change."""
+
+    def __init__(self, fab: Fabric) -> None:
+        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
+        argv = [fab.ip, "netns", "exec", fab.host_ns, sys.executable, str(REPO / "tests" / "lldp_netns_listener.py")]
+        self.proc = subprocess.Popen(argv + [HOST_PORT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env)  # fmt: skip
+        self.last: dict[str, Any] = {}
+
+    def wait_for(self, condition: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while not condition(self.last):
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                stderr = self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
+                raise AssertionError(f"listener never reported it; last report {self.last}; {stderr}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if ready:
+                line = self.proc.stdout.readline()
+                if line:
+                    self.last = json.loads(line)
+        return self.last
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+def _names(report: dict[str, Any]) -> list[str | None]:
+    return [n["system_name"] for n in report.get("neighbours", [])]
+
+
+def _wait_until(probe: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(scope="module")
+def running(fabric: Fabric) -> Fabric:
+    """lldpd as the switch on swp1 and as the host's own lldpd on eth0 (which the agent can read)."""
+    fabric.start_lldpd("switch", fabric.switch_ns, SWITCH_PORT, SWITCH_NAME)
+    fabric.start_lldpd("host", fabric.host_ns, HOST_PORT, HOST_NAME)
+    return fabric
+
+
+def _lldpcli_json0(fab: Fabric, role: str) -> str:
+    argv = [fab.lldpcli, "-u", str(fab.sock(role)), "-f", "json0", "show", "neighbors", "details"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False).stdout
+
+
+def _sees(fab: Fabric, role: str, name: str) -> bool:
+    try:
+        return name in [n.system_name for n in parse_json(_lldpcli_json0(fab, role))]
+    except ValueError:
+        return False
+
+
+def test_lldpcli_json0_from_both_ends_parses_into_the_neighbour_each_end_hears(running: Fabric) -> None:
+    fab = running
+    assert _wait_until(lambda: _sees(fab, "host", SWITCH_NAME) and _sees(fab, "switch", HOST_NAME), 10), fab.logs()
+    (at_switch,) = parse_json(_lldpcli_json0(fab, "switch"))
+    assert (at_switch.interface, at_switch.system_name) == (SWITCH_PORT, HOST_NAME)
+    result = LldpdReader(fab.sock("host"), lldpcli=fab.lldpcli).probe()
+    assert result.value is not None, result.health
+    (at_host,) = result.value
+    assert (at_host.interface, at_host.system_name) == (HOST_PORT, SWITCH_NAME)
+    assert at_host.chassis_id == fab.mac(fab.switch_ns, SWITCH_PORT)
+    assert at_host.ttl == TX_HOLD
+
+
+def test_raw_listener_reports_the_switch_and_its_port_and_forgets_it_on_shutdown(running: Fabric) -> None:
+    fab = running
+    listener = Listener(fab)
+    try:
+        started = listener.wait_for(lambda r: "listening" in r, timeout=10)
+        assert started["listening"] == [HOST_PORT], started
+        report = listener.wait_for(lambda r: SWITCH_NAME in _names(r), timeout=10)
+        (neighbour,) = report["neighbours"]
+        switch_mac = fab.mac(fab.switch_ns, SWITCH_PORT)
+        assert neighbour["interface"] == HOST_PORT
+        assert (neighbour["chassis_id_subtype"], neighbour["chassis_id"]) == ("mac", switch_mac)
+        # lldpd's default port ID for a veth is its MAC, with the interface name as description
+        if neighbour["port_id_subtype"] == "ifname":
+            assert neighbour["port_id"] == SWITCH_PORT
+        else:
+            assert (neighbour["port_id_subtype"], neighbour["port_id"]) == ("mac", switch_mac)
+            assert neighbour["port_description"] == SWITCH_PORT
+        assert neighbour["ttl"] == TX_HOLD
+
+        # the host's own lldpd sends on eth0 too: those outgoing frames are not neighbours
+        assert _wait_until(lambda: _sees(fab, "switch", HOST_NAME), 10), fab.logs()
+        assert _names(listener.wait_for(lambda r: True, timeout=1)) == [SWITCH_NAME]
+
+        stopped_at = time.monotonic()
+        fab.stop("switch")  # lldpd sends a shutdown LLDPDU (TTL 0) as it exits
+        listener.wait_for(lambda r: SWITCH_NAME not in _names(r), timeout=TX_HOLD + 5)
+        assert time.monotonic() - stopped_at < TX_HOLD / 2, "neighbour expired instead of being shut down"
+    finally:
+        listener.close()

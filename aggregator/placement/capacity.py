@@ -28,7 +28,7 @@ def leaf_key(topology: Topology, node: str) -> str:
 class Capacity:
     """Per-decision counts (mutable while built, then only read)."""
 
-    node_cap: dict[str, int]  # usable node -> pods of the gang it fits (> 0 only)
+    node_cap: dict[str, int]  # usable node -> pods of the gang's shape it fits (> 0 only)
     leaf_cap: dict[str, int]  # leaf (or pseudo-leaf) -> sum over its usable nodes
     domain_cap: dict[str, int]  # HyperNode (and ROOT) -> sum over its leaves
     leaf_nodes: dict[str, list[str]]  # leaf -> its nodes with capacity, sorted by name
@@ -59,7 +59,6 @@ def measure(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
             excluded_domains: frozenset[str] = frozenset()) -> Capacity:
     """Count, bottom-up, the gang's pods every node/leaf/domain can hold."""
     blocked = _blocked(topology, excluded_domains)
-    total = len(gang.pods)
     node_cap: dict[str, int] = {}
     requests = sorted(p.request for p in gang.pods)
     shape = requests[0] if gang.homogeneous and requests else None
@@ -69,7 +68,7 @@ def measure(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
             continue
         fits = have.count(shape) if shape is not None else _mixed_count(have, requests)
         if fits > 0:
-            node_cap[node] = min(fits, total)
+            node_cap[node] = fits
     leaf_cap: dict[str, int] = {}
     leaf_nodes: dict[str, list[str]] = {}
     for node in sorted(node_cap):

@@ -122,7 +122,11 @@ def test_cisco_phone_chassis_id_is_rendered_as_its_ip_address(shared_data: Path)
 
 def test_switches_with_med_and_poe_tlvs_decode_with_their_org_tlvs_kept(shared_data: Path) -> None:
     bt = _only_frame(shared_data, "8023bt.pcap")
-    assert (bt.system_name, bt.port_id, bt.port_description) == ("cisco-bt-switch", "Gi1/0/2", "GigabitEthernet1/0/2")
+    assert (bt.system_name, bt.port_id, bt.port_description) == (
+        "cisco-bt-switch",
+        "Gi1/0/2",
+        "GigabitEthernet1/0/2",
+    )
     assert {t.oui for t in bt.org_specific} >= {"00:80:c2", "00:12:0f"}
     sg200 = _only_frame(shared_data, "sg200.pcap")
     assert (sg200.chassis_id, sg200.port_id, sg200.port_id_subtype) == ("00:35:35:35:35:35", "g1", "ifname")

@@ -132,7 +132,10 @@ def test_a_frame_without_end_tlv_is_accepted_and_ttl_zero_marks_a_shutdown() -> 
         (tlv(1, b"\x04" + SOURCE)[:5], "claims 7 bytes"),
         (mandatory() + struct.pack("!H", (5 << 9) | 40) + b"short", "claims 40 bytes"),
         # on the wire: a bare LLDPDU is recognised by its leading chassis ID TLV
-        (ethernet(tlv(2, b"\x05swp1") + tlv(1, b"\x04" + SOURCE) + tlv(3, b"\x00\x78")), "missing chassis ID TLV"),
+        (
+            ethernet(tlv(2, b"\x05swp1") + tlv(1, b"\x04" + SOURCE) + tlv(3, b"\x00\x78")),
+            "missing chassis ID TLV",
+        ),
         (ethernet(tlv(127, b"\x00\x80\xc2\x07\x03\x00\x00\x00\x64")), "found TLV type 127"),
         (ethernet(END), "found the end of the frame"),
         (tlv(1, b"\x04" + SOURCE) + tlv(3, b"\x00\x78") + tlv(2, b"\x05p"), "missing port ID TLV"),
@@ -167,7 +170,9 @@ def test_malformed_frames_are_rejected_with_the_reason(frame: bytes, reason: str
 # --- properties -------------------------------------------------------------------------------
 
 VALID = [
-    ethernet(mandatory() + tlv(5, b"leaf-sw1") + tlv(8, b"\x05\x01\x0a\x00\x00\x01\x02\x00\x00\x00\x01\x00") + END),
+    ethernet(
+        mandatory() + tlv(5, b"leaf-sw1") + tlv(8, b"\x05\x01\x0a\x00\x00\x01\x02\x00\x00\x00\x01\x00") + END
+    ),
     mandatory(chassis=b"\x05\x02" + bytes(16), port=b"\x03" + SOURCE) + tlv(127, b"\x00\x12\x0f\x04\x05\xdc"),
     ethernet(mandatory(chassis=b"\x07sw") + tlv(7, b"\x00\x14\x00\x04") + END, tags=((0x8100, 5),)),
 ]

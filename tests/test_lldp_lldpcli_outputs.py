@@ -98,14 +98,25 @@ def test_keyvalue_multi_line_values_and_dotted_interface_names_survive() -> None
     )
     first, second = parse_keyvalue(text)
     assert first.interface == second.interface == "eth0.100"
-    assert first.system_description == "Cisco IOS Software\nTechnical Support: http://www.cisco.com/techsupport"
+    assert (
+        first.system_description == "Cisco IOS Software\nTechnical Support: http://www.cisco.com/techsupport"
+    )
     assert (first.port_id, first.ttl) == ("Gi1/0/29", 120)
-    assert (second.chassis_id, second.chassis_id_subtype, second.port_id, second.ttl) == ("second-switch", "local", "7", 0)
+    assert (second.chassis_id, second.chassis_id_subtype, second.port_id, second.ttl) == (
+        "second-switch",
+        "local",
+        "7",
+        0,
+    )
 
 
 def test_json0_output_gives_the_same_neighbour_shape_as_json() -> None:
     (neighbour,) = parse_json(JSON0_ONE_NEIGHBOUR)
-    assert (neighbour.interface, neighbour.system_name, neighbour.port_id) == ("eth0x", "leaf-sw1", "96:50:83:55:a1:8e")
+    assert (neighbour.interface, neighbour.system_name, neighbour.port_id) == (
+        "eth0x",
+        "leaf-sw1",
+        "96:50:83:55:a1:8e",
+    )
     assert (neighbour.chassis_id_subtype, neighbour.port_id_subtype, neighbour.ttl) == ("mac", "mac", 4)
     assert neighbour.port_description == "swp1x"
     assert neighbour.management_addresses == ("10.0.0.2", "fe80::9450:83ff:fe55:a18e")
@@ -113,7 +124,11 @@ def test_json0_output_gives_the_same_neighbour_shape_as_json() -> None:
 
 @pytest.mark.parametrize(
     ("text", "reason"),
-    [("not json", "not JSON"), ('{"other": 1}', 'no top-level "lldp"'), ('{"lldp": {"interface": 3}}', "shape")],
+    [
+        ("not json", "not JSON"),
+        ('{"other": 1}', 'no top-level "lldp"'),
+        ('{"lldp": {"interface": 3}}', "shape"),
+    ],
 )
 def test_output_that_is_not_lldpcli_json_is_refused_with_a_reason(text: str, reason: str) -> None:
     with pytest.raises(LldpcliError, match=reason):
@@ -145,7 +160,11 @@ def test_lldpd_reader_asks_lldpcli_on_the_mounted_socket_for_json0(tmp_path: Pat
 @pytest.mark.parametrize(
     ("output", "state", "reason"),
     [
-        (CommandOutput(1, "", "lldpcli: unable to connect to lldpd daemon"), Health.FAILED, "unable to connect"),
+        (
+            CommandOutput(1, "", "lldpcli: unable to connect to lldpd daemon"),
+            Health.FAILED,
+            "unable to connect",
+        ),
         (CommandOutput(0, "<html>", ""), Health.FAILED, "cannot read lldpcli output"),
         (subprocess.TimeoutExpired(["lldpcli"], 5.0), Health.FAILED, "did not answer"),
         (FileNotFoundError("lldpcli"), Health.ABSENT, "not installed"),

@@ -18,8 +18,12 @@ def tlv(kind: int, value: bytes) -> bytes:
     return struct.pack("!H", (kind << 9) | len(value)) + value
 
 
-def frame(chassis: str = "leaf-sw1", port: str = "swp1", ttl: int = 120, name: str | None = "leaf-sw1") -> bytes:
-    body = tlv(1, b"\x07" + chassis.encode()) + tlv(2, b"\x05" + port.encode()) + tlv(3, struct.pack("!H", ttl))
+def frame(
+    chassis: str = "leaf-sw1", port: str = "swp1", ttl: int = 120, name: str | None = "leaf-sw1"
+) -> bytes:
+    body = (
+        tlv(1, b"\x07" + chassis.encode()) + tlv(2, b"\x05" + port.encode()) + tlv(3, struct.pack("!H", ttl))
+    )
     if name:
         body += tlv(5, name.encode())
     return LLDP_MAC + bytes.fromhex("020000000001") + b"\x88\xcc" + body + tlv(0, b"")
@@ -79,7 +83,12 @@ def test_neighbours_are_sorted_and_kept_apart_per_interface() -> None:
     table.observe("eth0", frame(chassis="leaf", port="p1"), now=0.0)
     table.observe("eth1", frame(chassis="leaf", port="p1"), now=0.0)
     keys = [(n.interface, n.chassis_id, n.port_id) for n in table.snapshot(now=1.0).value or ()]
-    assert keys == [("eth0", "leaf", "p1"), ("eth0", "leaf", "p9"), ("eth1", "leaf", "p1"), ("eth1", "spine", "p2")]
+    assert keys == [
+        ("eth0", "leaf", "p1"),
+        ("eth0", "leaf", "p9"),
+        ("eth1", "leaf", "p1"),
+        ("eth1", "spine", "p2"),
+    ]
     assert table.forget("eth0") and not table.forget("eth0")
     assert [n.interface for n in table.snapshot(now=1.0).value or ()] == ["eth1", "eth1"]
 

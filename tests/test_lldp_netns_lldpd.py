@@ -121,9 +121,9 @@ class Listener:
 
     def __init__(self, fab: Fabric) -> None:
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
-        argv = [fab.ip, "netns", "exec", fab.host_ns, sys.executable, str(REPO / "tests" / "lldp_netns_listener.py")]
-        self.proc = subprocess.Popen(argv + [HOST_PORT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env)  # fmt: skip
+        script = str(REPO / "tests" / "lldp_netns_listener.py")
+        argv = [fab.ip, "netns", "exec", fab.host_ns, sys.executable, script, HOST_PORT]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.last: dict[str, Any] = {}
 
     def wait_for(self, condition: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
@@ -185,7 +185,9 @@ def _sees(fab: Fabric, role: str, name: str) -> bool:
 
 def test_lldpcli_json0_from_both_ends_parses_into_the_neighbour_each_end_hears(running: Fabric) -> None:
     fab = running
-    assert _wait_until(lambda: _sees(fab, "host", SWITCH_NAME) and _sees(fab, "switch", HOST_NAME), 10), fab.logs()
+    assert _wait_until(lambda: _sees(fab, "host", SWITCH_NAME) and _sees(fab, "switch", HOST_NAME), 10), (
+        fab.logs()
+    )
     (at_switch,) = parse_json(_lldpcli_json0(fab, "switch"))
     assert (at_switch.interface, at_switch.system_name) == (SWITCH_PORT, HOST_NAME)
     result = LldpdReader(fab.sock("host"), lldpcli=fab.lldpcli).probe()

@@ -1,0 +1,97 @@
+"""Test helpers for the aggregator: what a modelled cluster's fabric would show.
+
+`ibnetdiscover_dump(model)` writes the dump `ibnetdiscover` would print for the model's fabric, in
+its topology format (Switch and Ca blocks, port lines on both ends of every cable), with HCA GUIDs
+and node descriptions as the modelled nodes' agents report them (agent.model_probe). `expected_tree`
+is an independent oracle for the tree a model declares: every switch's subtree above the leaves is
+a domain, nodes sharing a set of leaves are one, every NVLink annotation is one; equal node sets are one domain,
+and a domain's parent is the smallest strictly larger one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+
+from agent.cluster_model import ClusterModel
+from agent.model_probe import node_guid
+
+
+def switch_guid(switch: str) -> str:
+    return "9c63c0" + hashlib.sha256(switch.encode()).hexdigest()[:10]
+
+
+def _ca_guid(node: str, hca: int) -> str:
+    return node_guid(node, hca).replace(":", "")
+
+
+def ibnetdiscover_dump(model: ClusterModel, *, host_descriptions: bool = True) -> str:
+    """The model's fabric as `ibnetdiscover` prints it; without `host_descriptions` the HCAs carry
+    a firmware default description ("MT4129 ConnectX-7") that names no host."""
+    ports: dict[str, list[tuple[int, str]]] = defaultdict(list)  # switch -> (port, line)
+    cas: list[str] = []
+    next_port: dict[str, int] = defaultdict(int)
+
+    def port_of(switch: str) -> int:
+        next_port[switch] += 1
+        return next_port[switch]
+
+    desc = {s: f"MF0;{s}:MQM9700/U1" for s in model.switches}
+    for child, parent in sorted(model.parents.items()):
+        cp, pp = port_of(child), port_of(parent)
+        ports[child].append(
+            (cp, f'[{cp}]\t"S-{switch_guid(parent)}"[{pp}]\t\t# "{desc[parent]}" lid 1 4xNDR')
+        )
+        ports[parent].append((pp, f'[{pp}]\t"S-{switch_guid(child)}"[{cp}]\t\t# "{desc[child]}" lid 2 4xNDR'))
+    hca_index: dict[str, int] = defaultdict(int)
+    for block in model.blocks:
+        for node in block.nodes:
+            hca = hca_index[node]
+            hca_index[node] += 1
+            guid = _ca_guid(node, hca)
+            ca_desc = f"{node} mlx5_{hca}" if host_descriptions else "MT4129 ConnectX-7"
+            sp = port_of(block.switch)
+            ports[block.switch].append((sp, f'[{sp}]\t"H-{guid}"[1]({guid}) \t\t# "{ca_desc}" lid 10 4xNDR'))
+            cas.append(
+                f"vendid=0x2c9\ndevid=0x1021\nsysimgguid=0x{guid}\ncaguid=0x{guid}\n"
+                f'Ca\t1 "H-{guid}"\t\t# "{ca_desc}"\n'
+                f'[1]({guid}) \t"S-{switch_guid(block.switch)}"[{sp}]\t\t# lid 10 lmc 0 "{desc[block.switch]}" '
+                "lid 2 4xNDR\n"
+            )
+    out = ["#", "# Topology file: generated for a cluster model", "#", ""]
+    for switch in model.switches:
+        guid = switch_guid(switch)
+        out += [
+            "vendid=0x2c9",
+            "devid=0xd2f2",
+            f"sysimgguid=0x{guid}",
+            f"switchguid=0x{guid}({guid})",
+            f'Switch\t129 "S-{guid}"\t\t# "{desc[switch]}" enhanced port 0 lid 2 lmc 0',
+            *(line for _, line in sorted(ports[switch])),
+            "",
+        ]
+    return "\n".join(out) + "\n" + "\n".join(cas)
+
+
+def expected_tree(model: ClusterModel) -> tuple[set[frozenset[str]], dict[frozenset[str], frozenset[str]]]:
+    """(domain node sets, parent of each) that the model declares."""
+    leaves_of: dict[str, set[str]] = defaultdict(set)
+    below: dict[str, set[str]] = defaultdict(set)
+    nvlink: dict[str, set[str]] = defaultdict(set)
+    for block in model.blocks:
+        for node in block.nodes:
+            leaves_of[node].add(block.switch)
+            for switch in model.ancestors(block.switch):  # a leaf's own nodes: see by_leaves
+                below[switch].add(node)
+            if block.domain:
+                nvlink[block.domain].add(node)
+    by_leaves: dict[frozenset[str], set[str]] = defaultdict(set)
+    for node, leaves in leaves_of.items():
+        by_leaves[frozenset(leaves)].add(node)
+    domains = {frozenset(s) for s in (*below.values(), *by_leaves.values(), *nvlink.values()) if s}
+    parent = {}
+    for domain in domains:
+        larger = [d for d in domains if domain < d]
+        if larger:
+            parent[domain] = min(larger, key=len)
+    return domains, parent

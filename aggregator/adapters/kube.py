@@ -279,6 +279,8 @@ def connect(kubeconfig: str | None = None, *, on_write: WriteHook | None = None)
             config_file=str(Path(path).expanduser()) if path else None, client_configuration=configuration
         )
     configuration.retries = False
+    if not configuration.verify_ssl:
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the kubeconfig chose this
     return KubeClient(client.ApiClient(configuration), on_write=on_write)
 
 
@@ -323,3 +325,24 @@ class LeaseClient:
 
     def replace(self, lease: dict[str, Any]) -> dict[str, Any]:
         return self.kube.replace(LEASES, lease, field_manager=self.field_manager, namespace=self.namespace)
+
+
+class NodeClient:
+    """`node_marks.NodeStore`: labels by server-side apply under their own field manager, taints by
+    merge patch guarded by resourceVersion (the taint list is atomic; apply would replace it)."""
+
+    def __init__(self, kube: KubeClient, *, label_manager: str, taint_manager: str = "hypertopo-aggregator"):
+        self.kube = kube
+        self.label_manager = label_manager
+        self.taint_manager = taint_manager
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.kube.get(NODES, name)
+
+    def apply_labels(self, name: str, labels: Mapping[str, str]) -> dict[str, Any]:
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels)}}
+        return self.kube.apply(NODES, body, field_manager=self.label_manager)
+
+    def patch_taints(self, name: str, taints: list[dict[str, Any]], *, resource_version: str) -> dict[str, Any]:
+        patch = {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": taints}}
+        return self.kube.merge_patch(NODES, name, patch, field_manager=self.taint_manager)

@@ -1,0 +1,354 @@
+"""`hypertopo-aggregator run`: the live controller.
+
+It keeps four caches fed by list+watch (NodeTopology objects, Nodes, agent Pods, HyperNodes), and
+on every change (debounced) and on a short tick (so hold-down timers expire on time, and as a
+periodic resync) it recomputes the desired HyperNodes through the pure pipeline and reconciles.
+Recomputing is cheap and reconcile writes only real differences, so an idle cluster costs no API
+writes. Only the replica holding the Lease writes; the others keep warm caches and take over
+within one lease duration. Agent liveness is the agent Pod's readiness on that node, so agents
+never write heartbeats.
+
+Caches lag behind our own writes by one watch event; to avoid writing twice, objects returned by
+our writes overlay the caches until the watch has caught up (resourceVersion comparison).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Protocol
+
+from agent.report import NodeReport, report_from_spec
+from aggregator.adapters import kube as kubeapi
+from aggregator.adapters.informer import Informer
+from aggregator.leader import ElectionConfig, LeaderElector
+from aggregator.metrics import AggregatorMetrics, serve
+from aggregator.node_marks import LABEL_MANAGER, NodeMarker
+from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+DEFAULT_AGENT_SELECTOR = "app.kubernetes.io/name=hypertopo-agent"
+
+
+class DesiredState(Protocol):
+    """What the pipeline returns (aggregator.pipeline.Desired)."""
+
+    hypernodes: list[dict[str, Any]]
+    node_labels: dict[str, dict[str, str]]
+    unhealthy_nodes: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The controller's current knowledge, handed to the pipeline."""
+
+    reports: Mapping[str, NodeReport]
+    nodes: Mapping[str, Obj]
+    agent_ready: Mapping[str, bool]
+
+
+Compute = Callable[[ClusterView, float], DesiredState]
+
+
+def _rv(obj: Mapping[str, Any]) -> int | None:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion", ""))
+    except ValueError:
+        return None
+
+
+@dataclass
+class Overlay:
+    """Objects we wrote (or deleted) that the watch has not delivered yet."""
+
+    written: dict[str, Obj] = field(default_factory=dict)
+    deleted: dict[str, int] = field(default_factory=dict)
+
+    def view(self, snapshot: dict[str, Obj]) -> dict[str, Obj]:
+        for name, obj in list(self.written.items()):
+            seen, ours = _rv(snapshot.get(name, {})), _rv(obj)
+            if ours is not None and (name not in snapshot or seen is None or seen < ours):
+                snapshot[name] = obj
+            else:
+                del self.written[name]
+        for name, version in list(self.deleted.items()):
+            seen = _rv(snapshot.get(name, {}))
+            if name in snapshot and seen is not None and seen <= version:
+                del snapshot[name]
+            else:
+                del self.deleted[name]
+        return snapshot
+
+
+def agent_readiness(pods: Mapping[str, Obj]) -> dict[str, bool]:
+    """Node name -> whether an agent pod on it is Ready (and not being deleted)."""
+    ready: dict[str, bool] = {}
+    for pod in pods.values():
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        is_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        is_ready = is_ready and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        ready[node] = ready.get(node, False) or is_ready
+    return ready
+
+
+def reports_of(objects: Mapping[str, Obj]) -> dict[str, NodeReport]:
+    reports: dict[str, NodeReport] = {}
+    for name, obj in objects.items():
+        try:
+            reports[name] = report_from_spec(obj.get("spec") or {})
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            log.warning("NodeTopology %s: unreadable spec, ignored: %s", name, exc)
+    return reports
+
+
+@dataclass(frozen=True)
+class Options:
+    node_labels: bool = False
+    taint_unhealthy: bool = False
+    agent_selector: str = DEFAULT_AGENT_SELECTOR
+    debounce: float = 0.2
+    period: float = 1.0
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: kubeapi.KubeClient,
+        compute: Compute,
+        *,
+        options: Options,
+        metrics: AggregatorMetrics,
+        may_write: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.kube = kube
+        self.compute = compute
+        self.options = options
+        self.metrics = metrics
+        self.may_write = may_write
+        self.clock = clock
+        self.changed = threading.Event()
+        self.cycles = 0
+        self.last_beat = time.monotonic()
+        wake = self.changed.set
+        self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake)
+        self.nodes = Informer(kube, kubeapi.NODES, on_change=wake)
+        self.pods = Informer(kube, kubeapi.PODS, label_selector=options.agent_selector, on_change=wake)
+        self.hypernodes = Informer(kube, kubeapi.HYPERNODES, on_change=wake)
+        self.applier = Applier(kubeapi.HyperNodeClient(kube), may_write=may_write)
+        self.marker = NodeMarker(kubeapi.NodeClient(kube, label_manager=LABEL_MANAGER), may_write=may_write)
+        self._hn_overlay = Overlay()
+        self._node_overlay = Overlay()
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return (self.topologies, self.nodes, self.pods, self.hypernodes)
+
+    def start(self) -> Controller:
+        for informer in self.informers:
+            informer.start()
+        return self
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def view(self) -> ClusterView:
+        nodes = self._node_overlay.view(self.nodes.snapshot())
+        return ClusterView(reports_of(self.topologies.snapshot()), nodes, agent_readiness(self.pods.snapshot()))
+
+    def live_hypernodes(self) -> dict[str, Obj]:
+        return self._hn_overlay.view(self.hypernodes.snapshot())
+
+    # -- one reconcile ---------------------------------------------------------------------------
+    def cycle(self) -> int:
+        """Recompute and reconcile once; returns the number of API writes made."""
+        started = time.perf_counter()
+        view = self.view()
+        desired = self.compute(view, self.clock())
+        self.metrics.stale_agents.set(sum(1 for n in view.reports if not view.agent_ready.get(n, False)))
+        writes = 0
+        if self.may_write():
+            writes = self._write(desired, view)
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+        owned = [o for o in self.live_hypernodes().values() if is_owned(o)]
+        self.metrics.set_hypernodes(owned)
+        self.cycles += 1
+        return writes
+
+    def _write(self, desired: DesiredState, view: ClusterView) -> int:
+        outcome = self.applier.apply(desired.hypernodes, self.live_hypernodes())
+        self._hn_overlay.written.update(outcome.written)
+        for name in outcome.deleted:
+            self._hn_overlay.deleted[name] = _rv(self.hypernodes.snapshot().get(name, {})) or 0
+        self.metrics.clashes.set(len(outcome.clashes))
+        if outcome.errors:
+            self.metrics.reconcile_errors.labels(kind="hypernode").inc(len(outcome.errors))
+        writes = outcome.total_writes
+        if self.options.node_labels:
+            marks = self.marker.apply_labels(desired.node_labels, view.nodes)
+            self._node_overlay.written.update(marks.written)
+            writes += sum(marks.writes.values())
+        if self.options.taint_unhealthy:
+            nodes = self._node_overlay.view(self.nodes.snapshot())
+            marks = self.marker.apply_taints(desired.unhealthy_nodes, nodes)
+            self._node_overlay.written.update(marks.written)
+            writes += sum(marks.writes.values())
+        if writes:
+            log.info("reconcile: %d API writes (%s)", writes, dict(outcome.writes))
+        return writes
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile on change (debounced) and every `period` seconds, until `stop` is set."""
+        while not stop.is_set():
+            self.last_beat = time.monotonic()
+            self.changed.wait(self.options.period)
+            if stop.is_set():
+                return
+            if self.changed.is_set():
+                stop.wait(self.options.debounce)
+                self.changed.clear()
+            if not self.synced():
+                continue
+            self._guarded_cycle()
+
+    def _guarded_cycle(self) -> None:
+        try:
+            self.cycle()
+        except NotLeader as exc:
+            log.info("reconcile stopped: %s", exc)
+        except ApiError as exc:
+            self.metrics.reconcile_errors.labels(kind="api").inc()
+            log.warning("reconcile failed, retrying next cycle: %s", exc)
+        except Exception:
+            self.metrics.reconcile_errors.labels(kind="internal").inc()
+            log.exception("reconcile failed, retrying next cycle")
+
+
+# -- command line ------------------------------------------------------------------------------------
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--kubeconfig", help="kubeconfig file (default: in-cluster service account, else $KUBECONFIG)")
+    add("--namespace", default=os.environ.get("POD_NAMESPACE", "hypertopo-system"), help="namespace of the Lease")
+    add("--identity", default=None, help="leader identity (default: $POD_NAME, else hostname_pid)")
+    add("--lease-name", default="hypertopo-aggregator", help="name of the leader-election Lease")
+    add("--lease-duration", type=float, default=15.0, help="seconds a lease is valid (default 15)")
+    add("--renew-deadline", type=float, default=10.0, help="seconds a leader keeps writing without renewing")
+    add("--retry-period", type=float, default=2.0, help="seconds between acquire/renew attempts (default 2)")
+    add("--no-leader-election", action="store_true", help="write without a Lease (a single replica only)")
+    add("--agent-selector", default=DEFAULT_AGENT_SELECTOR, help="label selector of the agent pods")
+    add("--ibnetdiscover", metavar="FILE", help="ibnetdiscover dump of the InfiniBand fabric")
+    add("--switch-lldp", metavar="FILE", nargs="+", default=[], help="lldpcli json0 tables from switches")
+    add("--model", metavar="FILE", help="cluster model file (switch tree and node blocks)")
+    add("--label-levels", metavar="KEYS", help="comma-separated node label keys, lowest level first")
+    add("--ready-threshold", type=float, default=0.0, help="unhealthy members a HyperNode tolerates")
+    add("--hold-down", type=float, default=30.0, help="seconds a new Ready state must last before it shows")
+    add("--node-labels", action="store_true", help="label Nodes with hypertopo.io/<tierName>=<HyperNode>")
+    add("--taint-unhealthy", action="store_true", help="taint Nodes whose fabric failed (NoSchedule)")
+    add("--listen", default=":9731", help="address of /metrics, /healthz and /readyz (default :9731)")
+    add("--period", type=float, default=None, help="seconds between periodic reconciles (resync)")
+    add("--debounce", type=float, default=0.2, help="seconds to gather changes before reconciling")
+
+
+def pipeline_compute(args: argparse.Namespace) -> Compute:
+    """The pure pipeline (aggregator.pipeline) fed with the live view plus the static sources."""
+    from aggregator.pipeline import ClusterInputs, Pipeline
+
+    pipeline = Pipeline(ready_threshold=args.ready_threshold, hold_down_seconds=args.hold_down)
+
+    def compute(view: ClusterView, now: float) -> DesiredState:
+        inputs = ClusterInputs(reports=dict(view.reports))
+        desired: DesiredState = pipeline.compute(inputs, now)
+        return desired
+
+    return compute
+
+
+def identity_of(args: argparse.Namespace) -> str:
+    return str(args.identity or os.environ.get("POD_NAME") or f"{platform.node()}_{os.getpid()}")
+
+
+def _period(args: argparse.Namespace) -> float:
+    if args.period:
+        return float(args.period)
+    return min(10.0, max(0.25, float(args.hold_down) / 4))  # hold-down expiries show up on time
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the controller until SIGTERM/SIGINT; releases the lease on the way out; returns 0."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    metrics = AggregatorMetrics()
+    kube = kubeapi.connect(args.kubeconfig, on_write=metrics.count_write)
+    stop = threading.Event()
+    elector = None
+    if not args.no_leader_election:
+        config = ElectionConfig(
+            identity=identity_of(args),
+            namespace=args.namespace,
+            name=args.lease_name,
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
+        lease = kubeapi.LeaseClient(kube, namespace=args.namespace, name=args.lease_name)
+        elector = LeaderElector(lease, config, on_change=lambda on: metrics.is_leader.set(1 if on else 0))
+    may_write = elector.is_leader if elector else (lambda: True)
+    options = Options(args.node_labels, args.taint_unhealthy, args.agent_selector, args.debounce, _period(args))
+    controller = Controller(kube, pipeline_compute(args), options=options, metrics=metrics, may_write=may_write)
+    if elector is None:
+        metrics.is_leader.set(1)
+
+    def healthy() -> bool:
+        return time.monotonic() - controller.last_beat < max(30.0, 5 * options.period)
+
+    server = serve(metrics.registry, args.listen, healthy=healthy, ready=controller.synced)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: shutting down", signum)
+        stop.set()
+        controller.changed.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    controller.start()
+    threads = [threading.Thread(target=controller.run, args=(stop,), name="reconcile")]
+    if elector is not None:
+        threads.append(threading.Thread(target=elector.run, args=(stop,), name="leader-election"))
+    for thread in threads:
+        thread.start()
+    stop.wait()
+    for thread in threads:
+        thread.join(timeout=30)
+    if elector is not None:
+        elector.release()
+    controller.stop()
+    server.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hypertopo-aggregator run", description=__doc__)
+    add_run_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

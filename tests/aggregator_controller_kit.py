@@ -1,0 +1,216 @@
+"""Shared pieces of the aggregator controller tests: HyperNode bodies, NodeTopology and Node
+objects, a private control plane (for tests that run whole aggregators, which act on every
+NodeTopology and owned HyperNode they see), a metrics scraper, and a TCP proxy that can cut the
+controller off from the API server."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from controlplane.harness import ControlPlane, running
+
+from agent.report import (
+    ComponentHealth,
+    Gpu,
+    Health,
+    LldpNeighbour,
+    NodeReport,
+    NvLink,
+    NvmlReport,
+    node_topology_object,
+)
+from aggregator.reconcile import OWNER_LABELS
+
+READY_AT = "2024-01-01T00:00:00Z"
+
+
+def hypernode(
+    name: str,
+    *,
+    tier: int,
+    tier_name: str,
+    members: list[tuple[str, str]],
+    node_count: int,
+    ready: str = "True",
+    since: str = READY_AT,
+) -> dict[str, Any]:
+    """A full desired HyperNode as the pipeline renders it (members: (type, name))."""
+    return {
+        "apiVersion": "topology.volcano.sh/v1alpha1",
+        "kind": "HyperNode",
+        "metadata": {"name": name, "labels": dict(OWNER_LABELS)},
+        "spec": {
+            "tier": tier,
+            "tierName": tier_name,
+            "members": [{"type": t, "selector": {"exactMatch": {"name": n}}} for t, n in members],
+        },
+        "status": {
+            "nodeCount": node_count,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": ready,
+                    "reason": "MembersHealthy" if ready == "True" else "MembersUnhealthy",
+                    "message": "all members healthy" if ready == "True" else "members unhealthy",
+                    "lastTransitionTime": since,
+                }
+            ],
+        },
+    }
+
+
+def small_tree(prefix: str) -> list[dict[str, Any]]:
+    """spine <- 2 leaves <- 2 nodes each."""
+    leaves = [
+        hypernode(f"{prefix}-leaf-{i}", tier=1, tier_name="leaf", node_count=2,
+                  members=[("Node", f"{prefix}-n{2 * i + j}") for j in range(2)])
+        for i in range(2)
+    ]
+    spine = hypernode(f"{prefix}-spine", tier=2, tier_name="spine", node_count=4,
+                      members=[("HyperNode", leaf["metadata"]["name"]) for leaf in leaves])
+    return [*leaves, spine]
+
+
+def report(node: str, *, leaf: str, nvlink_up: bool = True) -> NodeReport:
+    """A node with 2 GPUs (one NVLink each) and an LLDP neighbour naming its leaf switch."""
+    link_state = "up" if nvlink_up else "down"
+    gpu_health = ComponentHealth(Health.OK) if nvlink_up else ComponentHealth(Health.FAILED, "NVLink 0 down")
+    gpus = tuple(
+        Gpu(index=i, uuid=f"GPU-{node}-{i}", name="NVIDIA H100", pci_bus_id=f"0000:1{i}:00.0",
+            nvlinks=(NvLink(link=0, state=link_state if i == 0 else "up"),),
+            health=gpu_health if i == 0 else ComponentHealth(Health.OK))
+        for i in range(2)
+    )
+    nvml_health = ComponentHealth(Health.OK) if nvlink_up else ComponentHealth(Health.FAILED, "GPU 0 NVLink down")
+    return NodeReport(
+        node_name=node,
+        health={"nvml": nvml_health, "lldp": ComponentHealth(Health.OK)},
+        nvml=NvmlReport(driver_version="550.54.15", gpus=gpus),
+        lldp=(LldpNeighbour(interface="eth0", chassis_id=f"chassis-{leaf}", port_id="Ethernet1", ttl=120,
+                            system_name=leaf),),
+    )
+
+
+def nodetopology(node: str, *, leaf: str, nvlink_up: bool = True) -> dict[str, Any]:
+    return node_topology_object(report(node, leaf=leaf, nvlink_up=nvlink_up))
+
+
+def node_object(name: str, *, labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None
+                ) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"taints": taints or []},
+    }
+
+
+@contextlib.contextmanager
+def private_plane() -> Iterator[ControlPlane]:
+    """A control plane of one's own; killed (not drained) at the end to keep teardown short."""
+    with running() as plane:
+        plane.kubectl("create", "namespace", "hypertopo-system")
+        try:
+            yield plane
+        finally:
+            for proc in plane.processes:
+                proc.kill()
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float, interval: float = 0.05, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(interval)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """/metrics as {"name{labels}": value} (labels as exposed)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.match(r"^([a-zA-Z_:][\w:]*(?:\{[^}]*\})?) (\S+)$", line)
+        if match:
+            samples[match.group(1)] = float(match.group(2))
+    return samples
+
+
+def writes_of(samples: dict[str, float], resource: str) -> float:
+    return sum(v for k, v in samples.items()
+               if k.startswith("hypertopo_aggregator_api_writes_total{") and f'resource="{resource}"' in k)
+
+
+class Proxy:
+    """A TCP forwarder to the API server that the test can cut (all connections dropped) and restore."""
+
+    def __init__(self, target_host: str, target_port: int):
+        self.target = (target_host, target_port)
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.up = threading.Event()
+        self.up.set()
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.up.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self.up.clear()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def restore(self) -> None:
+        self.up.set()
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()

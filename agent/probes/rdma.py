@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agent.probes.sysfs_attr import Problems, list_dir, pci_address, read_int, read_text
+from agent.probes.sysfs_attr import Problems, list_dir, pci_address, read_bytes, read_int, read_text
 from agent.report import ComponentHealth, Health, ProbeResult, RdmaDevice, RdmaPort
 
 NO_DEVICES = "no RDMA devices"
@@ -40,7 +40,7 @@ UNKNOWN_PHYS_STATE = "Unknown"
 
 _GUID = re.compile(r"^[0-9a-f]{4}(:[0-9a-f]{4}){3}$")
 _GID = re.compile(r"^[0-9a-f]{4}(:[0-9a-f]{4}){7}$")
-_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+_ZERO_GID_BYTES = b"0000:0000:0000:0000:0000:0000:0000:0000"
 _NUMBERED_STATE = re.compile(r"^(\d+):\s*([A-Za-z][A-Za-z0-9_ ]*)$")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec\b")
 _LINK_LAYERS = ("InfiniBand", "Ethernet")
@@ -178,13 +178,14 @@ def _rate(path: Path, problems: Problems) -> float | None:
 def _gids(path: Path, problems: Problems) -> tuple[str, ...]:
     gids = []
     for index in list_dir(path) or ():
-        text = read_text(path / index)  # unpopulated entries may refuse to read: not a problem
-        if not text or text == _ZERO_GID:
+        raw = read_bytes(path / index)  # unpopulated entries may refuse to read: not a problem
+        if raw is None or raw.strip() in (b"", _ZERO_GID_BYTES):  # most of a 128..256-entry table
             continue
-        if not _GID.match(text.lower()):
+        text = read_text(path / index, problems)
+        if text is not None and not _GID.match(text.lower()):
             problems.add(path / index, f"not a GID: {text[:60]!r}")
-            continue
-        gids.append(text.lower())
+        elif text is not None:
+            gids.append(text.lower())
     return tuple(gids)
 
 
@@ -217,11 +218,14 @@ def _counters(port: Path, problems: Problems) -> dict[str, int]:
 
 
 def _counter(path: Path, problems: Problems) -> int | None:
-    text = read_text(path)  # write-only or unsupported counters refuse to read: skip quietly
-    if text is None or text == "" or text.startswith(_NOT_AVAILABLE):
+    raw = read_bytes(path)  # write-only or unsupported counters refuse to read: skip quietly
+    if raw is None:
         return None
     try:
-        return int(text)
+        return int(raw)  # the common case, without decoding
     except ValueError:
+        pass
+    text = read_text(path, problems)
+    if text is not None and text != "" and not text.startswith(_NOT_AVAILABLE):
         problems.add(path, f"not a counter value: {text[:40]!r}")
-        return None
+    return None

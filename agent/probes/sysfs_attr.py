@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _MAX_ATTR_BYTES = 64 * 1024  # far above PAGE_SIZE: a bigger file is not a sysfs attribute
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0/C1 controls except tab and newline
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -37,12 +38,20 @@ class Problems:
 
 
 def read_bytes(path: Path) -> bytes | None:
-    """The raw content, or None when the file is absent or the kernel refuses to read it."""
+    """The raw content, or None when the file is absent or the kernel refuses to read it.
+
+    One read(2) of up to the size limit: sysfs hands a whole attribute over in one read, and plain
+    os calls keep a probe of thousands of counter and GID files cheap."""
     try:
-        with path.open("rb") as handle:
-            return handle.read(_MAX_ATTR_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return os.read(fd, _MAX_ATTR_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_text(path: Path, problems: Problems | None = None, *, required: bool = False) -> str | None:
@@ -65,7 +74,7 @@ def read_text(path: Path, problems: Problems | None = None, *, required: bool = 
         if problems is not None:
             problems.add(path, "not UTF-8 text")
         return None
-    if any(not ch.isprintable() and ch not in "\n\t" for ch in text):
+    if _CONTROL.search(text):
         if problems is not None:
             problems.add(path, "control characters in content")
         return None

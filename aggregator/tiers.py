@@ -151,15 +151,34 @@ def _switch_levels(graph: FabricGraph, leaves: set[str]) -> dict[str, int]:
     return levels
 
 
+def _promoted(graph: FabricGraph, hosts_on: Mapping[str, int]) -> set[str]:
+    """Switches with a few hosts on them that are really spines: cabled to at least two switches
+    that carry hosts, and to more of those than to hosts (a storage host on a spine). A pair of
+    leaves joined by a peer link stays two leaves."""
+    neighbours: dict[str, set[str]] = defaultdict(set)
+    for a, b in graph.switch_links:
+        if a in hosts_on and b in hosts_on:
+            neighbours[a].add(b)
+            neighbours[b].add(a)
+    return {s for s, peers in neighbours.items() if len(peers) >= 2 and len(peers) > hosts_on[s]}
+
+
 def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int]:
     """Leaf domains and the domains of every level above them; also the number of levels."""
     attached = {n: graph.attached_switches(n) for n in graph.nodes}
-    leaf_groups = _group(attached.items())
+    hosts_on: dict[str, int] = defaultdict(int)
+    for switches in attached.values():
+        for switch in switches:
+            hosts_on[switch] += 1
+    promoted = _promoted(graph, hosts_on)
+    # a node's leaf set leaves out spines it is also cabled to; a node only on spines has no leaf
+    leaf_groups = _group((n, (sw - promoted) or sw) for n, sw in attached.items())
     domains = [
         Domain("leaf:" + "+".join(sorted(sw)), "leaf", tuple(sorted(sw)), frozenset(ns))
         for sw, ns in leaf_groups.items()
+        if not sw & promoted
     ]
-    leaves = {s for sw in leaf_groups for s in sw}
+    leaves = {s for sw in leaf_groups for s in sw} - promoted
     levels = _switch_levels(graph, leaves)
     up: dict[str, set[str]] = defaultdict(set)
     for a, b in graph.switch_links:

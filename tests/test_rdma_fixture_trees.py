@@ -186,3 +186,11 @@ def test_committed_trees_are_what_build_trees_writes(tmp_path: Path) -> None:
     builder.build_all(tmp_path)  # type: ignore[attr-defined]
     for tree in builder.TREES:  # type: ignore[attr-defined]
         assert _same_tree(TREES / tree, tmp_path / tree) == [], f"regenerate {tree} with build_trees.py"
+
+
+def test_an_unlistable_infiniband_class_is_a_failed_probe_not_absent(tmp_path: Path) -> None:
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "infiniband").write_text("not a directory\n")
+    result = rdma.probe(tmp_path)
+    assert result.value is None and result.health.state is Health.FAILED
+    assert "cannot list RDMA devices" in result.health.reason

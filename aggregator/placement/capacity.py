@@ -47,6 +47,18 @@ def _mixed_count(free: Resources, requests: Sequence[Resources]) -> int:
     return count
 
 
+def _count(have: Resources, want: Resources) -> int:
+    """`Resources.count`, unrolled: this runs once per node per decision (the hot loop)."""
+    fits = have.gpus // want.gpus if want.gpus > 0 else 1 << 62
+    if fits > 0 and want.cpu_milli > 0:
+        fits = min(fits, have.cpu_milli // want.cpu_milli)
+    if fits > 0 and want.memory > 0:
+        fits = min(fits, have.memory // want.memory)
+    if fits > 0 and want.pods > 0:
+        fits = min(fits, have.pods // want.pods)
+    return max(fits, 0)
+
+
 def _blocked(topology: Topology, excluded_domains: frozenset[str]) -> frozenset[str]:
     if not excluded_domains:
         return frozenset(d for d, ok in topology.usable.items() if not ok)
@@ -66,7 +78,7 @@ def measure(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
     for node, have in free.items():
         if node in excluded_nodes or node_leaf.get(node) in blocked:
             continue
-        fits = have.count(shape) if shape is not None else _mixed_count(have, requests)
+        fits = _count(have, shape) if shape is not None else _mixed_count(have, requests)
         if fits > 0:
             node_cap[node] = fits
     leaf_cap: dict[str, int] = {}

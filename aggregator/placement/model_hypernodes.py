@@ -3,14 +3,14 @@
 A small stand-in for the aggregator's tier inference, following the same rules (DESIGN.md):
 domains are the node sets below each switch and each NVLink domain annotation; equal sets are one
 HyperNode (an NVL72 rack that is also one leaf); each set's parent is the smallest strict superset;
-tiers are levels counted from 1 at the smallest, and a level's tierName is its most common kind.
+tiers are levels of kinds (nvlink < leaf < spine < core, or leaf < nvlink when an NVLink domain
+spans leaves) counted from 1, so a node with no domain of some kind joins the next level directly.
 A node cabled to several leaves (rail-optimised) counts under its first block's leaf.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Any
 
 from agent.cluster_model import ClusterModel
@@ -45,6 +45,16 @@ def _domain_sets(model: ClusterModel) -> dict[frozenset[str], tuple[str, str]]:
     return sets
 
 
+def _kind_order(sets: dict[frozenset[str], tuple[str, str]]) -> list[str]:
+    """Kinds present, smallest first: nvlink below leaf unless an NVLink domain spans several leaves."""
+    present = {kind for _, kind in sets.values()}
+    nvl_sets = [s for s, (_, kind) in sets.items() if kind == "nvlink"]
+    leaf_sets = [s for s, (_, kind) in sets.items() if kind == "leaf"]
+    spans = any(leaf < nvl for nvl in nvl_sets for leaf in leaf_sets)
+    kinds = ("leaf", "nvlink", "spine", "core") if spans else _KINDS
+    return [k for k in kinds if k in present]
+
+
 def _height(model: ClusterModel, switch: str) -> int:
     """0 for a switch with no child switch, else 1 + the highest child."""
     children = [c for c, p in model.parents.items() if p == switch]
@@ -63,13 +73,11 @@ def hypernodes_from_model(model: ClusterModel) -> list[dict[str, Any]]:
     children: dict[frozenset[str], list[frozenset[str]]] = {s: [] for s in ordered}
     for child, up in parent.items():
         children[up].append(child)
+    order = _kind_order(sets)
     level: dict[frozenset[str], int] = {}
     for s in ordered:  # supersets come later, so children are levelled first
-        level[s] = 1 + max((level[c] for c in children[s]), default=0)
-    kinds: dict[int, Counter[str]] = {}
-    for s in ordered:
-        kinds.setdefault(level[s], Counter())[sets[s][1]] += 1
-    tier_name = {lv: c.most_common(1)[0][0] for lv, c in kinds.items()}
+        level[s] = max(order.index(sets[s][1]) + 1, 1 + max((level[c] for c in children[s]), default=0))
+    tier_name = {lv: order[min(lv, len(order)) - 1] for lv in level.values()}
     return [_object(sets[s][0], level[s], tier_name[level[s]], s, children[s], sets) for s in ordered]
 
 

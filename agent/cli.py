@@ -22,7 +22,15 @@ from typing import Any
 
 import yaml
 
-from agent.collect import CollectConfig, ConfigError, Prober, check_nvml_mode, describe, failed_components
+from agent.collect import (
+    FAKE_PREFIX,
+    CollectConfig,
+    ConfigError,
+    Prober,
+    check_nvml_mode,
+    describe,
+    failed_components,
+)
 from agent.report import NodeReport, node_topology_object
 
 log = logging.getLogger("hypertopo-agent")
@@ -43,9 +51,17 @@ def _regex(text: str) -> re.Pattern[str]:
 
 def _nvml_mode(text: str) -> str:
     try:
-        return check_nvml_mode(text)
+        mode = check_nvml_mode(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+    if mode.startswith(FAKE_PREFIX):
+        from agent.probes.nvml_fake import PROFILES
+
+        profile = mode[len(FAKE_PREFIX) :]
+        if profile not in PROFILES:
+            known = ", ".join(sorted(PROFILES))
+            raise argparse.ArgumentTypeError(f"unknown NVML fake profile {profile!r} (known: {known})")
+    return mode
 
 
 def _non_negative(text: str) -> float:

@@ -1,0 +1,143 @@
+"""The `hypertopo-agent` command line: probe prints the NodeTopology object (absent hardware exits 0),
+--model prints a modelled node's report, --help explains every flag, bad usage exits 2 in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from agent_host import HGX_SYSFS
+
+from agent.report import API_GROUP, API_VERSION, KIND
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = """
+switches:
+  spine1: {switches: [leaf1, leaf2]}
+blocks:
+  - switch: leaf1
+    nodes: ["gb[1-18]"]
+    annotations: {accelerator.topology.test/domain: nvl72-a}
+  - switch: leaf2
+    nodes: ["h[1-4]"]
+"""
+
+
+def agent(*args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "agent", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+
+
+def test_probe_on_this_machine_exits_0_and_says_gpus_and_rdma_are_absent() -> None:
+    proc = agent("probe", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert obj["apiVersion"] == f"{API_GROUP}/{API_VERSION}" and obj["kind"] == KIND
+    health = obj["spec"]["health"]
+    assert health["nvml"]["state"] == "absent" and health["nvml"]["reason"]
+    assert health["rdma"]["state"] == "absent" and health["rdma"]["reason"]
+    assert health["net"]["state"] == "ok" and obj["spec"]["interfaces"]
+    assert "nvml=absent" in proc.stderr
+
+
+def test_probe_with_the_fake_and_a_fixture_tree_prints_yaml_with_gpus_and_hcas() -> None:
+    proc = agent("probe", "--nvml", "fake:hgx-h100", "--sysfs", str(HGX_SYSFS), "--node-name", "n1")
+    assert proc.returncode == 0, proc.stderr
+    obj = yaml.safe_load(proc.stdout)
+    assert obj["metadata"]["name"] == "n1"
+    assert obj["spec"]["summary"]["gpus"] == 8 and obj["spec"]["summary"]["rdmaPortsUp"] == 8
+    assert all(len(gpu["nvlinks"]) == 18 for gpu in obj["spec"]["nvml"]["gpus"])
+
+
+def test_probe_exits_1_when_a_probe_failed_and_still_prints_the_object(tmp_path: Path) -> None:
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "infiniband").write_text("")  # a file where a directory must be
+    proc = agent("probe", "--sysfs", str(tmp_path), "--nvml", "fake:gb200-nvl72", "--format", "json")
+    health = json.loads(proc.stdout)["spec"]["health"]
+    assert health["rdma"]["state"] == "failed" and "cannot list RDMA devices" in health["rdma"]["reason"]
+    assert health["nvml"]["state"] == "ok"
+    assert proc.returncode == 1
+    assert "probe failed for: rdma" in proc.stderr
+
+
+def test_probe_model_prints_the_report_a_modelled_node_would_publish(tmp_path: Path) -> None:
+    model = tmp_path / "model.yaml"
+    model.write_text(MODEL)
+    proc = agent("probe", "--model", str(model), "--node", "gb7", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    spec = json.loads(proc.stdout)["spec"]
+    assert spec["nodeName"] == "gb7" and spec["summary"]["gpus"] > 0
+    assert spec["nvml"]["domain"]["state"] == "completed"
+    assert any(n.get("systemName") == "leaf1" for n in spec["lldp"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["probe", "--model", "MODEL", "--node", "nobody"], "is not in model"),
+        (["probe", "--model", "MODEL"], "--model needs --node"),
+        (["probe", "--node", "gb1"], "--node is only used with --model"),
+        (["probe", "--model", "/nonexistent/model.yaml", "--node", "gb1"], "cannot read model"),
+    ],
+)
+def test_model_usage_errors_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    model = tmp_path / "model.yaml"
+    model.write_text(MODEL)
+    proc = agent(*[str(model) if a == "MODEL" else a for a in args])
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["probe", "--bogus"], "unrecognized arguments: --bogus"),
+        (["probe", "--nvml", "on"], "--nvml must be auto, off or fake:PROFILE"),
+        (["probe", "--nvml", "fake:dgx-z9"], "unknown NVML fake profile 'dgx-z9'"),
+        (["probe", "--interfaces", "eth[0"], "not a valid regular expression"),
+        (["probe", "--lldp-wait", "-1"], "must not be negative"),
+        (["probe", "--format", "xml"], "invalid choice: 'xml'"),
+        (["run"], "the following arguments are required: --node-name"),
+        (["run", "--node-name", "n1", "--interval", "0"], "must be greater than zero"),
+        (["run", "--node-name", "n1", "--listen", "nowhere"], "--listen must be HOST:PORT"),
+        ([], "the following arguments are required"),
+    ],
+)
+def test_bad_usage_exits_2_with_a_message(args: list[str], message: str) -> None:
+    proc = agent(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [
+        ([], ["probe", "run", "--log-level"]),
+        (
+            ["probe"],
+            ["--format", "--sysfs", "--procfs", "--nvml", "--interfaces", "--lldp-wait", "--model", "--node"],
+        ),
+        (
+            ["run"],
+            ["--node-name", "--kubeconfig", "--interval", "--listen", "--ready-grace", "--sysfs", "--nvml"],
+        ),
+    ],
+)
+def test_help_explains_every_flag(command: list[str], flags: list[str]) -> None:
+    proc = agent(*command, "--help")
+    assert proc.returncode == 0
+    for flag in flags:
+        assert flag in proc.stdout, flag
+    assert "default" in proc.stdout
+
+
+def test_console_script_is_installed_and_runs() -> None:
+    proc = subprocess.run(
+        ["hypertopo-agent", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0 and "NodeTopology" in proc.stdout

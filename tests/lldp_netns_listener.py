@@ -34,6 +34,8 @@ def main(interfaces: list[str]) -> None:
             "neighbours": [dataclasses.asdict(n) for n in snapshot],
             "listening": sorted(listener.listening),
             "errors": listener.errors,
+            "frames": dict(table.frames),
+            "rejected": dict(table.rejected),
         }
         print(json.dumps(line), flush=True)
 

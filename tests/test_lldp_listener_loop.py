@@ -15,6 +15,7 @@ import pytest
 
 from agent.adapters.raw_socket import LldpListener
 from agent.probes.lldp import NeighbourTable
+from agent.report import Health
 
 
 def tlv(kind: int, value: bytes) -> bytes:
@@ -145,3 +146,22 @@ def test_stop_returns_promptly_with_the_default_poll_interval() -> None:
     assert time.monotonic() - started < 0.5
     assert listener.listening == frozenset()
     wires.close()
+
+
+def test_the_probe_result_says_which_interfaces_cannot_be_heard(rig: Rig) -> None:
+    listener, wires, _, calls = rig
+    wires.far["eth0"].send(frame("leaf-sw1"))
+    wait_until(lambda: len(calls) == 1)
+    healthy = listener.probe()
+    assert healthy.health.state is Health.OK and [n.chassis_id for n in healthy.value or ()] == ["leaf-sw1"]
+    wires.refuse.add("eth9")
+    listener.set_interfaces(["eth0", "eth9"])
+    wait_until(lambda: "eth9" in listener.errors)
+    degraded = listener.probe()
+    assert degraded.health.state is Health.DEGRADED and "eth9" in degraded.health.reason
+    assert degraded.value == healthy.value
+    listener.set_interfaces(["eth9"])
+    wait_until(lambda: not listener.listening)
+    assert listener.probe().health.state is Health.FAILED
+    listener.set_interfaces([])
+    assert listener.probe().health.state is Health.ABSENT

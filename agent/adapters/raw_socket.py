@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 
 from agent.lldp.frame import ETHERTYPE_LLDP, LLDP_MULTICASTS
 from agent.probes.lldp import NeighbourTable
+from agent.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,20 @@ class LldpListener:
     @property
     def listening(self) -> frozenset[str]:
         return frozenset(self._sockets)
+
+    def probe(self, now: float | None = None) -> ProbeResult[tuple[LldpNeighbour, ...]]:
+        """The LLDP component's result: the table's neighbours, degraded when some interfaces
+        cannot be listened on, failed when none can, absent when there is nothing to listen on."""
+        if not self._wanted:
+            return ProbeResult.absent("no interfaces to listen on for LLDP")
+        result = self.table.snapshot(self._clock() if now is None else now)
+        errors = dict(self.errors)
+        if not errors:
+            return result
+        reason = "; ".join(errors[name] for name in sorted(errors))
+        if not self._sockets:
+            return ProbeResult.failed(reason)
+        return ProbeResult(result.value, ComponentHealth(Health.DEGRADED, reason))
 
     def set_interfaces(self, interfaces: Iterable[str]) -> None:
         """Changes the interfaces to listen on; the loop opens and closes sockets to match."""

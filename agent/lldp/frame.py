@@ -14,7 +14,7 @@ read from raw frames and from a host lldpd compare equal.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ETHERTYPE_LLDP = 0x88CC
 VLAN_TAG_TYPES = (0x8100, 0x88A8, 0x9100)  # 802.1Q C-tag, 802.1ad S-tag, legacy QinQ
@@ -250,47 +250,63 @@ def _optional_text(value: bytes) -> str | None:
 _TEXT_TLVS = (TLV_PORT_DESCRIPTION, TLV_SYSTEM_NAME, TLV_SYSTEM_DESCRIPTION)
 
 
-def parse_lldpdu(lldpdu: bytes, *, ethernet: EthernetHeader | None = None) -> LldpFrame:
-    """Parses an LLDPDU (the Ethernet payload). Chassis ID, port ID and TTL must come first,
-    in that order (802.1AB 8.2); optional TLVs may follow in any order."""
-    items = tlvs(lldpdu)
+def _check_mandatory(items: list[tuple[int, bytes]]) -> None:
     for position, (kind, what) in enumerate(_MANDATORY):
         if len(items) <= position or items[position][0] != kind:
             found = f"TLV type {items[position][0]}" if len(items) > position else "the end of the frame"
             raise MalformedFrame(f"missing {what} TLV: expected at position {position + 1}, found {found}")
-    chassis_id, chassis_subtype = _identifier(items[0][1], "chassis ID", CHASSIS_SUBTYPES, CHASSIS_TEXT)
-    port_id, port_subtype = _identifier(items[1][1], "port ID", PORT_SUBTYPES, PORT_TEXT)
-    texts: dict[int, str | None] = {}
+
+
+@dataclass
+class _Optional:
+    """The optional TLVs of one LLDPDU as they are collected (the first of a single-instance
+    TLV wins; 802.1AB allows several management addresses and organisation-specific TLVs)."""
+
+    texts: dict[int, str | None] = field(default_factory=dict)
     capabilities: Capabilities | None = None
-    addresses: list[ManagementAddress] = []
-    org: list[OrgSpecificTlv] = []
-    unknown: list[tuple[int, bytes]] = []
-    for kind, value in items[3:]:
+    addresses: list[ManagementAddress] = field(default_factory=list)
+    org: list[OrgSpecificTlv] = field(default_factory=list)
+    unknown: list[tuple[int, bytes]] = field(default_factory=list)
+
+    def add(self, kind: int, value: bytes) -> None:
         if kind in (TLV_CHASSIS_ID, TLV_PORT_ID, TLV_TTL):
             raise MalformedFrame(f"duplicate mandatory TLV type {kind}")
         if kind in _TEXT_TLVS:
-            texts.setdefault(kind, _optional_text(value))
+            self.texts.setdefault(kind, _optional_text(value))
         elif kind == TLV_SYSTEM_CAPABILITIES:
-            capabilities = capabilities or _capabilities(value)
+            self.capabilities = self.capabilities or _capabilities(value)
         elif kind == TLV_MANAGEMENT_ADDRESS:
-            addresses.append(_management_address(value))
+            self.addresses.append(_management_address(value))
         elif kind == TLV_ORG_SPECIFIC:
-            org.append(_org_specific(value))
+            self.org.append(_org_specific(value))
         else:
-            unknown.append((kind, value))
+            self.unknown.append((kind, value))
+
+
+def parse_lldpdu(lldpdu: bytes, *, ethernet: EthernetHeader | None = None) -> LldpFrame:
+    """Parses an LLDPDU (the Ethernet payload). Chassis ID, port ID and TTL must come first,
+    in that order (802.1AB 8.2); optional TLVs may follow in any order."""
+    items = tlvs(lldpdu)
+    _check_mandatory(items)
+    chassis_id, chassis_subtype = _identifier(items[0][1], "chassis ID", CHASSIS_SUBTYPES, CHASSIS_TEXT)
+    port_id, port_subtype = _identifier(items[1][1], "port ID", PORT_SUBTYPES, PORT_TEXT)
+    ttl = _ttl(items[2][1])
+    optional = _Optional()
+    for kind, value in items[3:]:
+        optional.add(kind, value)
     return LldpFrame(
         chassis_id=chassis_id,
         chassis_id_subtype=chassis_subtype,
         port_id=port_id,
         port_id_subtype=port_subtype,
-        ttl=_ttl(items[2][1]),
-        port_description=texts.get(TLV_PORT_DESCRIPTION),
-        system_name=texts.get(TLV_SYSTEM_NAME),
-        system_description=texts.get(TLV_SYSTEM_DESCRIPTION),
-        capabilities=capabilities,
-        management_addresses=tuple(addresses),
-        org_specific=tuple(org),
-        unknown_tlvs=tuple(unknown),
+        ttl=ttl,
+        port_description=optional.texts.get(TLV_PORT_DESCRIPTION),
+        system_name=optional.texts.get(TLV_SYSTEM_NAME),
+        system_description=optional.texts.get(TLV_SYSTEM_DESCRIPTION),
+        capabilities=optional.capabilities,
+        management_addresses=tuple(optional.addresses),
+        org_specific=tuple(optional.org),
+        unknown_tlvs=tuple(optional.unknown),
         ethernet=ethernet,
     )
 

@@ -40,6 +40,7 @@ class MemberHealth:
 
 
 HEALTHY = MemberHealth(MemberState.HEALTHY)
+MISSING = MemberHealth(MemberState.UNKNOWN, ("no NodeTopology report",), frozenset({"ReportMissing"}))
 
 
 def member_health(
@@ -133,20 +134,28 @@ def _reason(bad: list[tuple[str, MemberHealth]], default: str) -> str:
 
 def evaluate(members: Iterable[str], health: Mapping[str, MemberHealth], threshold: Threshold) -> Condition:
     """The Ready condition a domain deserves now (before hold-down)."""
-    nodes = sorted(members)
-    bad = [(n, health[n]) for n in nodes if n in health and health[n].state is MemberState.UNHEALTHY]
-    unknown = [
-        (
-            n,
-            health.get(
-                n,
-                MemberHealth(MemberState.UNKNOWN, ("no NodeTopology report",), frozenset({"ReportMissing"})),
-            ),
-        )
-        for n in nodes
-        if n not in health or health[n].state is MemberState.UNKNOWN
-    ]
-    total = len(nodes)
+    bad: list[tuple[str, MemberHealth]] = []
+    unknown: list[tuple[str, MemberHealth]] = []
+    total = 0
+    for node in members:
+        total += 1
+        state = health.get(node, MISSING)
+        if state.state is MemberState.UNHEALTHY:
+            bad.append((node, state))
+        elif state.state is MemberState.UNKNOWN:
+            unknown.append((node, state))
+    return judge(total, bad, unknown, threshold)
+
+
+def judge(
+    total: int,
+    bad: list[tuple[str, MemberHealth]],
+    unknown: list[tuple[str, MemberHealth]],
+    threshold: Threshold,
+) -> Condition:
+    """The condition for a domain of `total` nodes with these unhealthy and unknown members."""
+    bad = sorted(bad, key=lambda item: item[0])
+    unknown = sorted(unknown, key=lambda item: item[0])
     limit = threshold.describe()
     if threshold.exceeded(len(bad), total):
         return Condition(

@@ -32,7 +32,7 @@ from aggregator.health import (
     MemberHealth,
     MemberState,
     Threshold,
-    evaluate,
+    judge,
     member_health,
 )
 from aggregator.sources import ibnetdiscover, labels, model, nodetopology, switch_lldp
@@ -96,6 +96,9 @@ class Pipeline:
         self._health: dict[str, MemberHealth] = {}
         self._objects: dict[str, dict[str, Any]] = {}
         self._node_labels: dict[str, dict[str, str]] = {}
+        self._order: list[str] = []  # HyperNode names, sorted
+        self._unhealthy: set[str] = set()
+        self._unknown: set[str] = set()
 
     # -- full rebuild ---------------------------------------------------------------------------
     def compute(self, inputs: ClusterInputs, now: float) -> Desired:
@@ -109,9 +112,12 @@ class Pipeline:
         tree = self._tree = infer(self._graph)
         self._names = hypernodes.names(tree)
         self._health = {n: self._member(n) for n in self._graph.nodes}
+        self._unhealthy = {n for n, h in self._health.items() if h.state is MemberState.UNHEALTHY}
+        self._unknown = {n for n, h in self._health.items() if h.state is MemberState.UNKNOWN}
         self.hold.forget(tree.domains)
         previous = self._objects
         self._objects = {self._names[key]: self._object(key, now) for key in tree.domains}
+        self._order = sorted(self._objects)
         self._node_labels = self._labels(tree)
         changed = {
             n for n in previous.keys() | self._objects.keys() if previous.get(n) != self._objects.get(n)
@@ -171,7 +177,15 @@ class Pipeline:
         )
 
     def _refresh_node(self, node: str, now: float) -> Desired:
-        self._health[node] = self._member(node)
+        health = self._health[node] = self._member(node)
+        for state, members in (
+            (MemberState.UNHEALTHY, self._unhealthy),
+            (MemberState.UNKNOWN, self._unknown),
+        ):
+            if health.state is state:
+                members.add(node)
+            else:
+                members.discard(node)
         assert self._tree is not None
         return self._rerender(self._tree.domains_of(node), now)
 
@@ -187,7 +201,13 @@ class Pipeline:
 
     def _condition(self, key: str, now: float) -> Condition:
         assert self._tree is not None
-        wanted = evaluate(self._tree.domains[key].domain.nodes, self._health, self.threshold)
+        nodes = self._tree.domains[key].domain.nodes  # set intersections: cost of the few bad nodes
+        wanted = judge(
+            len(nodes),
+            [(n, self._health[n]) for n in nodes & self._unhealthy],
+            [(n, self._health[n]) for n in nodes & self._unknown],
+            self.threshold,
+        )
         return self.hold.observe(key, wanted, now)
 
     def _object(self, key: str, now: float) -> dict[str, Any]:
@@ -204,9 +224,9 @@ class Pipeline:
 
     def _desired(self, changed: frozenset[str]) -> Desired:
         return Desired(
-            hypernodes=[self._objects[n] for n in sorted(self._objects)],
+            hypernodes=[self._objects[n] for n in self._order],
             node_labels=self._node_labels,
-            unhealthy_nodes=frozenset(n for n, h in self._health.items() if h.state is MemberState.UNHEALTHY),
+            unhealthy_nodes=frozenset(self._unhealthy),
             changed=changed,
             tree=self._tree,
             next_deadline=self.hold.next_deadline(),

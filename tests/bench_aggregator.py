@@ -1,0 +1,115 @@
+"""Aggregator benchmark: prints figures for the README and the issue.
+
+    python tests/bench_aggregator.py [--nodes 10000 100000]
+
+For each size, a GB200-style rail-optimised cluster model is generated: scalable units (SU) of two
+NVL72 racks (2 x 18 compute trays), four rails (one leaf per SU and rail), a spine per pod of 8 SUs
+and rail, a core per rail. Every node's NodeTopology report comes from agent.model_probe (not
+timed). Timed:
+
+* full: fabric graph (reports + the model's switch tree) + tier inference + Ready conditions +
+  rendering every HyperNode (Pipeline.compute) — targets < 1 s at 10,000 nodes, < 15 s at 100,000;
+* one node's report changes (its NVLink fails, then recovers): recompute + diff through
+  Pipeline.update_report — target < 50 ms — and how many HyperNodes changed (only the failing
+  node's domains: its rack, SU leaf, pod spine and core);
+* one node's cabling changes (a structural change, full rebuild path) for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+
+from agent.cluster_model import DOMAIN_ANNOTATION, ClusterModel, parse_model
+from agent.model_probe import report_for
+from agent.report import ComponentHealth, Health, NodeReport
+from aggregator.pipeline import ClusterInputs, Pipeline
+
+RAILS = 4
+RACK = 18
+SUS_PER_POD = 8
+
+
+def cluster(nodes: int) -> ClusterModel:
+    sus = -(-nodes // (2 * RACK))
+    pods = -(-sus // SUS_PER_POD)
+    switches: dict[str, dict[str, list[str]]] = {}
+    blocks = []
+    for r in range(RAILS):
+        switches[f"core-r{r}"] = {"switches": [f"pod{p}-r{r}-spine" for p in range(pods)]}
+        for p in range(pods):
+            su_range = range(p * SUS_PER_POD, min(sus, (p + 1) * SUS_PER_POD))
+            switches[f"pod{p}-r{r}-spine"] = {"switches": [f"su{s}-r{r}" for s in su_range]}
+    for s in range(sus):
+        for rack in range(2):
+            first = (2 * s + rack) * RACK + 1
+            names = f"gb[{first:06d}-{first + RACK - 1:06d}]"
+            for r in range(RAILS):
+                blocks.append(
+                    {"switch": f"su{s}-r{r}", "nodes": [names], "annotations": {DOMAIN_ANNOTATION: f"rack{2 * s + rack}"}}
+                )
+    return parse_model({"switches": switches, "blocks": blocks})
+
+
+def _nvlink_failed(report: NodeReport) -> NodeReport:
+    health = dict(report.health)
+    health["nvml"] = ComponentHealth(Health.FAILED, "GPU 2: NVLink 7 down")
+    return dataclasses.replace(report, health=health)
+
+
+def _timed(fn, repeat: int = 1):  # type: ignore[no-untyped-def]
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return result, times
+
+
+def bench(size: int) -> dict[str, object]:
+    model = cluster(size)
+    names = model.nodes()
+    start = time.perf_counter()
+    reports = {n: report_for(model, n) for n in names}
+    generate = time.perf_counter() - start
+    inputs = ClusterInputs(reports=reports, node_ready=dict.fromkeys(names, True), model=model)
+    pipeline = Pipeline(ready_threshold=0, hold_down_seconds=0)
+    desired, full = _timed(lambda: pipeline.compute(inputs, now=1000.0), repeat=3)
+    victim = names[len(names) // 2]
+    failing, healthy = _nvlink_failed(reports[victim]), reports[victim]
+    fast, changed = [], []
+    for i in range(20):
+        report = failing if i % 2 == 0 else healthy
+        result, t = _timed(lambda r=report, i=i: pipeline.update_report(victim, r, now=2000.0 + i))  # type: ignore[misc]
+        fast.append(t[0])
+        changed.append(len(result.changed))
+    moved = dataclasses.replace(healthy, lldp=healthy.lldp[:-1])
+    _, structural = _timed(lambda: pipeline.update_report(victim, moved, now=3000.0))
+    return {
+        "nodes": len(names),
+        "hypernodes": len(desired.hypernodes),
+        "tiers": list(desired.tree.tiers) if desired.tree else [],
+        "report_generation_s": round(generate, 2),
+        "full_compute_s": {"best": round(min(full), 3), "median": round(statistics.median(full), 3)},
+        "one_report_health_change_ms": {
+            "median": round(statistics.median(fast) * 1000, 2),
+            "max": round(max(fast) * 1000, 2),
+        },
+        "hypernodes_changed_per_update": sorted(set(changed)),
+        "one_report_cabling_change_s": round(structural[0], 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000])
+    args = parser.parse_args()
+    for size in args.nodes:
+        print(json.dumps(bench(size)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

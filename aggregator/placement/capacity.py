@@ -75,8 +75,9 @@ def measure(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
     requests = sorted(p.request for p in gang.pods)
     shape = requests[0] if gang.homogeneous and requests else None
     node_leaf = topology.node_leaf
+    screen = bool(excluded_nodes or blocked)
     for node, have in free.items():
-        if node in excluded_nodes or node_leaf.get(node) in blocked:
+        if screen and (node in excluded_nodes or node_leaf.get(node) in blocked):
             continue
         fits = _count(have, shape) if shape is not None else _mixed_count(have, requests)
         if fits > 0:

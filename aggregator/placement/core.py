@@ -119,10 +119,13 @@ def _anchor_leaves(ask: _Ask) -> set[str]:
 
 def _leaves_needed(ask: _Ask, domain: str, target: int) -> int:
     """Fewest new leaves that hold `target` pods once the anchors' leaves are full."""
-    anchored = _anchor_leaves(ask)
     leaf_cap = ask.capacity.leaf_cap
+    leaves = leaves_in(ask.topology, ask.capacity, domain)
+    if not ask.anchors and len(leaves) == 1:
+        return 1  # the common case low in the tree: one leaf, no sort needed
+    anchored = _anchor_leaves(ask)
     caps = []
-    for leaf in leaves_in(ask.topology, ask.capacity, domain):
+    for leaf in leaves:
         if leaf in anchored:
             target -= leaf_cap[leaf]
         else:

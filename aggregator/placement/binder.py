@@ -1,0 +1,113 @@
+"""All-or-nothing binding of a gang through the pods/binding subresource, in parallel, bounded.
+
+Kubernetes has no "unbind": once the API server accepts a Binding the pod is on that node. So a
+gang is bound in parallel (bounded by the worker pool), and if any bind fails (the pod was
+deleted or recreated — the Binding carries the pod UID as a precondition —, bound by someone
+else, or the API refused) the pods that *were* bound are rolled back by deleting them, with a UID
+precondition, so their controller (Job, JobSet, LeaderWorkerSet, ...) recreates them and the
+gang is scheduled again whole. A bare pod has no controller: rolling it back deletes it, which
+still keeps the invariant that matters — no partial gang stays bound. The caller releases its
+assumptions for every pod that did not stay bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aggregator.placement.state import PodKey
+
+log = logging.getLogger(__name__)
+
+
+class BindApi(Protocol):
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str, uid: str, *, grace_seconds: int | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class BindItem:
+    pod: PodKey
+    uid: str
+    node: str
+
+
+@dataclass(frozen=True)
+class BindOutcome:
+    gang: PodKey
+    items: tuple[BindItem, ...]
+    bound: tuple[PodKey, ...]  # bound and kept
+    failed: Mapping[PodKey, str]  # bind refused -> why
+    rolled_back: tuple[PodKey, ...]  # bound, then deleted because the gang failed
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+@dataclass
+class _GangJob:
+    gang: PodKey
+    items: tuple[BindItem, ...]
+    started: float
+    left: int
+    bound: list[PodKey] = field(default_factory=list)
+    failed: dict[PodKey, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Binder:
+    """Binds gangs on a shared pool of `workers` threads; `on_done(outcome)` is called once per
+    gang, from a worker thread, after any rollback."""
+
+    def __init__(self, api: BindApi, on_done: Callable[[BindOutcome], None], *, workers: int = 16) -> None:
+        self.api = api
+        self.on_done = on_done
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind")
+
+    def submit(self, gang: PodKey, items: Sequence[BindItem]) -> None:
+        job = _GangJob(gang, tuple(items), time.monotonic(), len(items))
+        for item in items:
+            self._pool.submit(self._bind_one, job, item)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _bind_one(self, job: _GangJob, item: BindItem) -> None:
+        error = ""
+        try:
+            self.api.bind(item.pod[0], item.pod[1], item.uid, item.node)
+        except Exception as exc:
+            error = str(exc) or type(exc).__name__
+        with job.lock:
+            if error:
+                job.failed[item.pod] = error
+            else:
+                job.bound.append(item.pod)
+            job.left -= 1
+            last = job.left == 0
+        if last:
+            self._finish(job)
+
+    def _finish(self, job: _GangJob) -> None:
+        rolled_back: list[PodKey] = []
+        if job.failed:
+            uids = {i.pod: i.uid for i in job.items}
+            for key in job.bound:
+                rolled_back.append(key)
+                try:
+                    self.api.delete_pod(key[0], key[1], uids[key], grace_seconds=0)
+                except Exception as exc:
+                    log.warning("rollback of %s/%s failed: %s", key[0], key[1], exc)
+        kept = () if job.failed else tuple(job.bound)
+        outcome = BindOutcome(job.gang, job.items, kept, dict(job.failed), tuple(rolled_back), time.monotonic() - job.started)
+        try:
+            self.on_done(outcome)
+        except Exception:
+            log.exception("bind completion callback failed")

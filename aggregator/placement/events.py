@@ -1,0 +1,82 @@
+"""Events the scheduler writes, shaped as kube-scheduler's: `FailedScheduling` (Warning) on each
+pod that cannot be placed, with the reason; `Scheduled` (Normal) on a PodGroup once its gang is
+bound; `Evicted`/`Preempted`-style notes for fault evictions.
+
+Why de-duplicated: a pending gang is retried whenever the cluster changes; the same message on
+the same pod is written once per `repeat_seconds`, so a stuck gang does not flood etcd.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class EventApi(Protocol):
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None: ...
+
+
+def rfc3339(when: dt.datetime | None = None) -> str:
+    return (when or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event_body(obj: Mapping[str, Any], *, kind: str, api_version: str, reason: str, message: str,
+               event_type: str, component: str, now: str) -> dict[str, Any]:
+    """A core/v1 Event about `obj` (a Pod or PodGroup dict)."""
+    meta = obj.get("metadata") or {}
+    name, namespace = str(meta.get("name", "")), str(meta.get("namespace", "default"))
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name, "namespace": namespace,
+                           "uid": meta.get("uid", "")},
+        "reason": reason,
+        "message": message[:1024],
+        "type": event_type,
+        "source": {"component": component},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+class EventRecorder:
+    """Posts events from a small pool (never blocks the scheduling loop), de-duplicated."""
+
+    def __init__(self, api: EventApi, component: str, *, repeat_seconds: float = 300.0,
+                 clock: Callable[[], float], workers: int = 2) -> None:
+        self.api, self.component, self.repeat, self.clock = api, component, repeat_seconds, clock
+        self._last: dict[tuple[str, str, str], float] = {}
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="events")
+
+    def record(self, obj: Mapping[str, Any], *, reason: str, message: str, event_type: str = "Warning",
+               kind: str = "Pod", api_version: str = "v1") -> bool:
+        """Queues the event unless the same (object, reason, message) went out recently."""
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        key, now = (uid, reason, message), self.clock()
+        if now - self._last.get(key, float("-inf")) < self.repeat:
+            return False
+        self._last[key] = now
+        body = event_body(obj, kind=kind, api_version=api_version, reason=reason, message=message,
+                          event_type=event_type, component=self.component, now=rfc3339())
+        self._pool.submit(self._post, body)
+        return True
+
+    def forget(self, uid: str) -> None:
+        for key in [k for k in self._last if k[0] == uid]:
+            del self._last[key]
+
+    def _post(self, body: dict[str, Any]) -> None:
+        try:
+            self.api.create_event(body["metadata"]["namespace"], body)
+        except Exception as exc:
+            log.warning("event %s on %s not written: %s", body["reason"], body["involvedObject"]["name"], exc)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,161 @@
+"""Gangs as the live scheduler finds them in the cluster: pods labelled
+`scheduling.x-k8s.io/pod-group: NAME` plus their PodGroup (scheduler-plugins coscheduling), and
+the PodGroup status the scheduler writes back.
+
+Why pods and PodGroup are read together: minMember and scheduleTimeoutSeconds live on the
+PodGroup, the topology limits and the fault policy may sit on either (PodGroup first, then the
+pods, as Volcano reads its Job/PodGroup annotations). A pod without the label is a gang of one.
+Pure: dicts in, frozen dataclasses out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aggregator.placement.state import ClusterState, PodKey, is_finished, pod_key
+
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+FAULT_ANNOTATION = "hypertopo.io/on-fabric-fault"
+FAULT_POLICIES = ("restart-pods", "restart-gang", "none")
+
+
+@dataclass(frozen=True)
+class GangView:
+    """One gang at one moment: its live members, which of them need a node, where the others are."""
+
+    key: PodKey  # (namespace, PodGroup name) or (namespace, pod name) for a single pod
+    podgroup: Mapping[str, Any] | None
+    members: tuple[Mapping[str, Any], ...]  # live pods (not finished, not being deleted)
+    pending: tuple[Mapping[str, Any], ...]  # our members that need a node now
+    placed: Mapping[PodKey, str]  # member -> node (bound or assumed)
+    min_member: int
+    annotations: Mapping[str, str]  # PodGroup annotations over the first pod's
+
+    @property
+    def is_group(self) -> bool:
+        return self.podgroup is not None or GANG_LABEL in _labels(self.members[0] if self.members else {})
+
+    @property
+    def fault_policy(self) -> str:
+        policy = self.annotations.get(FAULT_ANNOTATION, "none")
+        return policy if policy in FAULT_POLICIES else "none"
+
+    @property
+    def missing(self) -> int:
+        """How many more members must exist before the gang may be placed."""
+        return max(0, self.min_member - len(self.members))
+
+    @property
+    def timeout_seconds(self) -> int | None:
+        raw = ((self.podgroup or {}).get("spec") or {}).get("scheduleTimeoutSeconds")
+        return int(raw) if isinstance(raw, int) else None
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def gang_key(pod: Mapping[str, Any]) -> tuple[PodKey, bool]:
+    """The gang a pod belongs to and whether it is a named group (else a gang of one)."""
+    namespace, name = pod_key(pod)
+    group = _labels(pod).get(GANG_LABEL)
+    return ((namespace, group), True) if group else ((namespace, name), False)
+
+
+def _live(pod: Mapping[str, Any]) -> bool:
+    return not is_finished(pod) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+def collect(state: ClusterState, *, only_pending: bool = True) -> list[GangView]:
+    """Gangs of our scheduler; with `only_pending`, only those with a member that needs a node.
+    Ordered oldest first (by the earliest member creation), so a queue is fair."""
+    members: dict[PodKey, list[dict[str, Any]]] = {}
+    grouped: dict[PodKey, bool] = {}
+    for pod in state.pods.values():
+        if state.is_ours(pod) and _live(pod):
+            key, is_group = gang_key(pod)
+            members.setdefault(key, []).append(pod)
+            grouped[key] = is_group
+    pending = {pod_key(p) for p in state.pending()}
+    views = []
+    for key, pods in members.items():
+        if only_pending and not any(pod_key(p) in pending for p in pods):
+            continue
+        views.append(_view(state, key, grouped[key], pods, pending))
+    views.sort(key=lambda v: (min(_created(p) for p in v.members), v.key))
+    return views
+
+
+def _created(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("creationTimestamp", ""))
+
+
+def _view(state: ClusterState, key: PodKey, is_group: bool, pods: list[dict[str, Any]], pending: set[PodKey]) -> GangView:
+    pods = sorted(pods, key=lambda p: pod_key(p))
+    podgroup = state.podgroups.get(key) if is_group else None
+    placed = {pod_key(p): n for p in pods if (n := state.node_of(pod_key(p))) is not None}
+    min_member = len(pods) if not is_group else _min_member(podgroup, len(pods))
+    annotations = {**_annotations(pods[0]), **_annotations(podgroup)}
+    return GangView(
+        key=key,
+        podgroup=podgroup,
+        members=tuple(pods),
+        pending=tuple(p for p in pods if pod_key(p) in pending),
+        placed=placed,
+        min_member=min_member,
+        annotations=annotations,
+    )
+
+
+def _min_member(podgroup: Mapping[str, Any] | None, count: int) -> int:
+    """A named gang waits for its PodGroup: without one, minMember is unknown (-1 = wait)."""
+    if podgroup is None:
+        return -1
+    raw = (podgroup.get("spec") or {}).get("minMember")
+    return int(raw) if isinstance(raw, int) and raw > 0 else count
+
+
+def gangs_on_nodes(state: ClusterState, nodes: set[str]) -> list[GangView]:
+    """Every gang of ours with a live member bound (or assumed) on one of `nodes`."""
+    return [g for g in collect(state, only_pending=False) if any(n in nodes for n in g.placed.values())]
+
+
+def group_status(podgroup: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], scheduled: int) -> dict[str, Any]:
+    """The PodGroup status from its members (finished ones included), as coscheduling reports it:
+    Running once minMember run, Scheduled once minMember are bound, Finished when minMember
+    succeeded, Failed when a member failed and the rest cannot reach minMember."""
+    min_member = int((podgroup.get("spec") or {}).get("minMember") or 0)
+    phases = [(p.get("status") or {}).get("phase") for p in pods]
+    running, succeeded, failed = phases.count("Running"), phases.count("Succeeded"), phases.count("Failed")
+    if min_member and succeeded >= min_member:
+        phase = "Finished"
+    elif failed and running + succeeded < min_member:
+        phase = "Failed"
+    elif running + succeeded >= max(min_member, 1):
+        phase = "Running"
+    elif scheduled >= max(min_member, 1):
+        phase = "Scheduled"
+    else:
+        phase = "Pending"
+    return {"phase": phase, "scheduled": scheduled, "running": running, "succeeded": succeeded, "failed": failed}
+
+
+def status_patch(podgroup: Mapping[str, Any], wanted: Mapping[str, Any], now_rfc3339: str) -> dict[str, Any] | None:
+    """The merge patch that brings the PodGroup's status to `wanted`, or None when nothing changes.
+    scheduleStartTime is set once, when the scheduler first tries the gang."""
+    current = podgroup.get("status") or {}
+    patch = {k: v for k, v in wanted.items() if current.get(k, 0 if k != "phase" else None) != v}
+    if not current.get("scheduleStartTime"):
+        patch["scheduleStartTime"] = now_rfc3339
+    return {"status": patch} if patch else None
+
+
+def members_of(state: ClusterState, key: PodKey) -> list[dict[str, Any]]:
+    """All pods of a named gang, finished ones included (for status counts)."""
+    return [p for p in state.pods.values() if gang_key(p) == (key, True)]

@@ -1,0 +1,104 @@
+"""Fault-driven rescheduling: which nodes the fabric has failed, and which pods to evict for it.
+
+A node has failed when it carries the taint `hypertopo.io/fabric-unhealthy` or sits below a
+HyperNode whose Ready condition is False. Ready=Unknown means the agent behind it went stale, which
+alone is no proof of a fault: it counts only once it has lasted the grace period.
+
+Each affected gang follows its `hypertopo.io/on-fabric-fault` annotation: `restart-pods` evicts
+only its pods on failed nodes (their replacements are re-placed next to the rest of the gang),
+`restart-gang` evicts all its pods, `none` (the default) leaves it alone. Pure: the eviction
+itself (Eviction API, rate limit, retries) is `eviction.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aggregator.placement.podgroups import GangView
+from aggregator.placement.state import FABRIC_TAINT, ClusterState, PodKey
+from aggregator.placement.topology import Topology
+
+
+@dataclass(frozen=True)
+class Eviction:
+    pod: PodKey
+    uid: str
+    node: str
+    gang: PodKey
+    policy: str
+    reason: str  # why the node failed
+
+
+def _ready(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond
+    return None
+
+
+def tainted(node: Mapping[str, Any]) -> bool:
+    return any(t.get("key") == FABRIC_TAINT for t in (node.get("spec") or {}).get("taints") or [])
+
+
+@dataclass
+class FaultTracker:
+    """Remembers since when each HyperNode has been Ready=Unknown (monotonic seconds)."""
+
+    grace_seconds: float
+    unknown_since: dict[str, float] = field(default_factory=dict)
+
+    def failed_domains(self, hypernodes: Mapping[str, Mapping[str, Any]], now: float) -> dict[str, str]:
+        """HyperNode -> why it counts as failed: Ready=False, or Unknown for at least the grace."""
+        failed: dict[str, str] = {}
+        for name, obj in hypernodes.items():
+            cond = _ready(obj) or {}
+            status = cond.get("status")
+            if status != "Unknown":
+                self.unknown_since.pop(name, None)
+            if status == "False":
+                failed[name] = f"HyperNode {name} Ready=False ({cond.get('reason', '')}: {cond.get('message', '')})"
+            elif status == "Unknown":
+                since = self.unknown_since.setdefault(name, now)
+                if now - since >= self.grace_seconds:
+                    failed[name] = f"HyperNode {name} Ready=Unknown for {now - since:.0f}s (grace {self.grace_seconds:.0f}s)"
+        for gone in [n for n in self.unknown_since if n not in hypernodes]:
+            del self.unknown_since[gone]
+        return failed
+
+    def next_deadline(self) -> float | None:
+        """When the earliest Unknown HyperNode will pass its grace (to re-check then)."""
+        return min(self.unknown_since.values(), default=None) if self.unknown_since else None
+
+
+def failed_nodes(state: ClusterState, topology: Topology, failed_domains: Mapping[str, str]) -> dict[str, str]:
+    """Node -> why it has failed: the fabric taint, or a failed HyperNode at or above it."""
+    failed: dict[str, str] = {}
+    for domain, why in sorted(failed_domains.items()):
+        if domain in topology.domains:
+            for node in topology.nodes_of(domain):
+                failed.setdefault(node, why)
+    for name, node_obj in state.nodes.items():
+        if tainted(node_obj):
+            failed[name] = f"node {name} has taint {FABRIC_TAINT}"
+    return failed
+
+
+def plan(gangs: Iterable[GangView], failed: Mapping[str, str]) -> list[Eviction]:
+    """The pods to evict under each gang's policy (bound pods only: an assumed pod's bind is in
+    flight and is looked at again once it lands)."""
+    evictions: list[Eviction] = []
+    for gang in gangs:
+        policy = gang.fault_policy
+        hit = [n for n in gang.placed.values() if n in failed]
+        if policy == "none" or not hit:
+            continue
+        for pod in gang.members:
+            meta, node = pod.get("metadata") or {}, (pod.get("spec") or {}).get("nodeName")
+            if not node or (policy == "restart-pods" and node not in failed):
+                continue
+            why = failed.get(node) or f"gang {gang.key[1]} restarts: {failed[hit[0]]}"
+            key = (str(meta.get("namespace")), str(meta.get("name")))
+            evictions.append(Eviction(key, str(meta.get("uid", "")), node, gang.key, policy, why))
+    return evictions

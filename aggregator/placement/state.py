@@ -1,0 +1,162 @@
+"""The live scheduler's view of the cluster: Nodes, Pods, HyperNodes and PodGroups as the
+informers last saw them, plus the scheduler's own *assumed* pods (decided, bind not yet seen).
+
+Why a charge ledger: two decisions must never double-book a node. Every pod that holds resources
+on a node (bound per the API, or assumed by us and not yet confirmed) has exactly one charge
+(node, request); `used` is the sum of charges, kept incrementally, so a decision reads free
+capacity in O(nodes) instead of re-summing every pod, and an assumption is released by dropping
+its charge. Pure: plain dicts in, `Resources` out; the informer threads feed it via one queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aggregator.placement.resources import Resources, node_allocatable, pod_request
+
+PodKey = tuple[str, str]  # (namespace, name)
+FABRIC_TAINT = "hypertopo.io/fabric-unhealthy"
+FINISHED = ("Succeeded", "Failed")
+
+
+def pod_key(pod: Mapping[str, Any]) -> PodKey:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("name", ""))
+
+
+def is_finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in FINISHED
+
+
+@dataclass
+class ClusterState:
+    """Mutable cache, owned by the scheduler loop thread (never shared across threads)."""
+
+    scheduler_name: str
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
+    hypernodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    podgroups: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
+    assumed: dict[PodKey, str] = field(default_factory=dict)
+    # generation: bumps on every change that can make an unschedulable gang fit (or stop fitting)
+    generation: int = 0
+    topology_generation: int = 0
+    _allocatable: dict[str, Resources] = field(default_factory=dict)
+    _used: dict[str, Resources] = field(default_factory=dict)
+    _charges: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
+
+    # -- informer input -----------------------------------------------------------------------
+    def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        """One watch event (ADDED / MODIFIED / DELETED) for kind Node, Pod, HyperNode or PodGroup."""
+        deleted = event == "DELETED"
+        if kind == "Pod":
+            self._apply_pod(obj, deleted)
+        elif kind == "Node":
+            self._apply_node(obj, deleted)
+        elif kind == "HyperNode":
+            _put(self.hypernodes, object_key(obj), obj, deleted)
+            self.topology_generation += 1
+        elif kind == "PodGroup":
+            _put(self.podgroups, pod_key(obj), obj, deleted)
+        self.generation += 1
+
+    def resync(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
+        """A fresh list: objects missing from it were deleted while we were not watching."""
+        items = list(items)
+        tables: dict[str, dict[Any, dict[str, Any]]] = {
+            "Pod": self.pods, "Node": self.nodes, "HyperNode": self.hypernodes, "PodGroup": self.podgroups
+        }
+        known = list(tables[kind])
+        fresh = {pod_key(o) if kind in ("Pod", "PodGroup") else object_key(o) for o in items}
+        for gone in [k for k in known if k not in fresh]:
+            self.apply(kind, "DELETED", self._stub(kind, gone))
+        for obj in items:
+            self.apply(kind, "MODIFIED", obj)
+
+    @staticmethod
+    def _stub(kind: str, key: Any) -> dict[str, Any]:
+        if isinstance(key, tuple):
+            return {"metadata": {"namespace": key[0], "name": key[1]}}
+        return {"metadata": {"name": key}}
+
+    def _apply_node(self, node: dict[str, Any], deleted: bool) -> None:
+        name = object_key(node)
+        _put(self.nodes, name, node, deleted)
+        if deleted:
+            self._allocatable.pop(name, None)
+        else:
+            self._allocatable[name] = node_allocatable(node)
+        self.topology_generation += 1
+
+    def _apply_pod(self, pod: dict[str, Any], deleted: bool) -> None:
+        key = pod_key(pod)
+        _put(self.pods, key, pod, deleted)
+        if deleted or (pod.get("spec") or {}).get("nodeName"):
+            self.assumed.pop(key, None)  # confirmed (or gone): the API's word replaces ours
+        self._recharge(key)
+
+    # -- the scheduler's own decisions --------------------------------------------------------
+    def assume(self, key: PodKey, node: str) -> None:
+        self.assumed[key] = node
+        self._recharge(key)
+        self.generation += 1
+
+    def forget(self, key: PodKey) -> None:
+        """Releases an assumption (a bind that failed or was rolled back)."""
+        if self.assumed.pop(key, None) is not None:
+            self._recharge(key)
+            self.generation += 1
+
+    def _recharge(self, key: PodKey) -> None:
+        old = self._charges.pop(key, None)
+        if old is not None:
+            self._used[old[0]] = self._used.get(old[0], Resources()) - old[1]
+        pod = self.pods.get(key)
+        node = self.node_of(key)
+        if pod is None or node is None or is_finished(pod):
+            return
+        charge = (node, pod_request(pod))
+        self._charges[key] = charge
+        self._used[node] = self._used.get(node, Resources()) + charge[1]
+
+    # -- reads --------------------------------------------------------------------------------
+    def node_of(self, key: PodKey) -> str | None:
+        """Where a pod is, or is about to be: its spec.nodeName, else our assumption."""
+        pod = self.pods.get(key)
+        bound = (pod.get("spec") or {}).get("nodeName") if pod else None
+        return str(bound) if bound else self.assumed.get(key)
+
+    def free(self, nodes: Iterable[str] | None = None) -> dict[str, Resources]:
+        """Allocatable minus every charge, for the given nodes (default: all known nodes)."""
+        names = self._allocatable.keys() if nodes is None else nodes
+        zero = Resources()
+        return {n: self._allocatable[n] - self._used.get(n, zero) for n in names if n in self._allocatable}
+
+    def is_ours(self, pod: Mapping[str, Any]) -> bool:
+        return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Our pods that still need a node: unbound, unassumed, not being deleted, not finished."""
+        return [
+            pod
+            for key, pod in self.pods.items()
+            if key not in self.assumed
+            and self.is_ours(pod)
+            and not (pod.get("spec") or {}).get("nodeName")
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")
+            and not is_finished(pod)
+        ]
+
+
+def _put(table: dict[Any, dict[str, Any]], key: Any, obj: dict[str, Any], deleted: bool) -> None:
+    if deleted:
+        table.pop(key, None)
+    else:
+        table[key] = obj

@@ -75,6 +75,7 @@ class Snapshot:
     stats: Mapping[str, ProbeStat]
     finished_at: float = 0.0
     xid_totals: Mapping[int, Mapping[int, int]] = field(default_factory=dict)  # GPU index -> XID -> count
+    cycles: int = 0  # probe cycles run so far, this one included
 
 
 def open_nvml_backend(mode: str) -> Any:
@@ -183,7 +184,8 @@ class Prober:
                 lldp=tuple(lldp.value or ()),
             )
             totals = self.xid_watcher.counts() if self.xid_watcher is not None else {}
-            self.latest = Snapshot(report, dict(cycle.stats), self._clock(), totals)
+            cycles = self.latest.cycles + 1 if self.latest else 1
+            self.latest = Snapshot(report, dict(cycle.stats), self._clock(), totals, cycles)
             return report
 
     def _probe_host(self) -> ProbeResult[Any]:

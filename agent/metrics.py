@@ -107,7 +107,10 @@ def probe_families(snap: Snapshot) -> Iterator[Metric]:
     for name, stat in sorted(snap.stats.items()):
         success.add_metric([name], 1 if stat.success else 0)
         duration.add_metric([name], stat.duration_seconds)
-    yield from (success, duration)
+    cycles = CounterMetricFamily(
+        "hypertopo_probe_cycles", "Probe cycles run (at start, on events, on the interval).", snap.cycles
+    )
+    yield from (success, duration, cycles)
 
 
 def health_families(report: NodeReport) -> Iterator[Metric]:

@@ -49,7 +49,11 @@ def cluster(nodes: int) -> ClusterModel:
             names = f"gb[{first:06d}-{first + RACK - 1:06d}]"
             for r in range(RAILS):
                 blocks.append(
-                    {"switch": f"su{s}-r{r}", "nodes": [names], "annotations": {DOMAIN_ANNOTATION: f"rack{2 * s + rack}"}}
+                    {
+                        "switch": f"su{s}-r{r}",
+                        "nodes": [names],
+                        "annotations": {DOMAIN_ANNOTATION: f"rack{2 * s + rack}"},
+                    }
                 )
     return parse_model({"switches": switches, "blocks": blocks})
 

@@ -1,0 +1,81 @@
+"""`hypertopo-aggregator render`: files in, a kubectl-appliable List of HyperNodes out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from aggregator_fabric import ibnetdiscover_dump
+
+from agent.cluster_model import load_model
+from agent.model_probe import report_for
+from agent.report import node_topology_object
+
+MODEL_FILE = Path(__file__).parent / "models" / "fat-tree-3tier.yaml"
+MODEL = load_model(str(MODEL_FILE))
+
+
+def _aggregator(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aggregator", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _reports_dir(tmp_path: Path) -> Path:
+    """Half the nodes as one file each, the other half as a List in one file."""
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    nodes = MODEL.nodes()
+    for node in nodes[:8]:
+        (folder / f"{node}.yaml").write_text(yaml.safe_dump(node_topology_object(report_for(MODEL, node))))
+    items = [node_topology_object(report_for(MODEL, n)) for n in nodes[8:]]
+    (folder / "rest.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return folder
+
+
+def test_render_reads_a_directory_of_reports_and_a_dump(tmp_path: Path) -> None:
+    dump = tmp_path / "fabric.topo"
+    dump.write_text(ibnetdiscover_dump(MODEL))
+    proc = _aggregator(
+        "render", "--reports", str(_reports_dir(tmp_path)), "--ibnetdiscover", str(dump), "--format", "json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document["kind"] == "List"
+    summary = sorted((o["spec"]["tierName"], o["status"]["nodeCount"]) for o in document["items"])
+    assert summary == [
+        ("core", 16),
+        ("leaf", 4),
+        ("leaf", 4),
+        ("leaf", 4),
+        ("leaf", 4),
+        ("spine", 8),
+        ("spine", 8),
+    ]
+    assert {o["status"]["conditions"][0]["status"] for o in document["items"]} == {"True"}
+
+
+def test_render_from_the_model_alone_prints_yaml() -> None:
+    proc = _aggregator("render", "--model", str(MODEL_FILE))
+    assert proc.returncode == 0, proc.stderr
+    names = [o["metadata"]["name"] for o in yaml.safe_load(proc.stdout)["items"]]
+    assert names == sorted(names) and "core-core1" in names
+
+
+def test_a_malformed_dump_is_reported_with_its_line_and_exit_code_2(tmp_path: Path) -> None:
+    dump = tmp_path / "broken.topo"
+    dump.write_text("vendid=0x2c9\nthis is not ibnetdiscover\n")
+    proc = _aggregator("render", "--ibnetdiscover", str(dump))
+    assert proc.returncode == 2
+    assert "line 2" in proc.stderr and "broken.topo" in proc.stderr
+
+
+def test_help_explains_the_commands() -> None:
+    top = _aggregator("--help")
+    assert top.returncode == 0 and "render" in top.stdout and "run" in top.stdout
+    render = _aggregator("render", "--help")
+    for flag in ("--reports", "--ibnetdiscover", "--switch-lldp", "--model", "--label-levels", "--format"):
+        assert flag in render.stdout

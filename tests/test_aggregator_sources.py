@@ -1,0 +1,206 @@
+"""Sources into the fabric graph: NodeTopology reports, switch LLDP tables, node-label levels."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.cluster_model import parse_model
+from agent.model_probe import report_for
+from agent.report import LldpNeighbour, RdmaDevice, RdmaPort, node_topology_object
+from aggregator.graph import FabricGraph, normalise_guid
+from aggregator.pipeline import ClusterInputs, Pipeline
+from aggregator.sources import labels, nodetopology, switch_lldp
+
+MODEL = parse_model(
+    {
+        "switches": {"spine1": {"switches": ["leaf1", "leaf2"]}},
+        "blocks": [
+            {
+                "switch": "leaf1",
+                "nodes": ["n[1-2]"],
+                "annotations": {"accelerator.topology.test/domain": "rack9"},
+            },
+            {"switch": "leaf2", "nodes": ["n[3-4]"]},
+        ],
+    }
+)
+
+
+def test_report_facts_name_switches_guids_and_the_nvlink_clique() -> None:
+    facts = nodetopology.facts_of(report_for(MODEL, "n1"))
+    assert facts.switches == {"leaf1"}
+    assert facts.nvlink is not None and facts.nvlink.endswith("/" + facts.nvlink.split("/")[1])
+    assert len(facts.guids) == 1
+    assert nodetopology.facts_of(report_for(MODEL, "n3")).nvlink is None  # HGX: single-node NVLink
+
+
+def test_lldp_neighbour_without_a_system_name_is_known_by_its_chassis_id() -> None:
+    report = report_for(MODEL, "n3")
+    nameless = LldpNeighbour(interface="ib0", chassis_id="0C:42:A1:00:00:01", port_id="swp3", ttl=120)
+    facts = nodetopology.facts_of(dataclasses.replace(report, lldp=(nameless,)))
+    assert facts.switches == {"0c:42:a1:00:00:01"}
+
+
+def test_port_guids_inside_gids_map_the_node() -> None:
+    port = RdmaPort(
+        1, "ACTIVE", "LinkUp", 400.0, "InfiniBand", gids=("fe80:0000:0000:0000:0c42:a103:008b:40d1",)
+    )
+    report = dataclasses.replace(report_for(MODEL, "n3"), rdma=(RdmaDevice("mlx5_0", ports=(port,)),))
+    assert nodetopology.facts_of(report).guids == {"0c42a103008b40d1"}
+    assert normalise_guid("0x0c42a103008b40d1") == normalise_guid("c42a103008b40d1") == "0c42a103008b40d1"
+
+
+def test_nodetopology_object_round_trips_to_the_same_report() -> None:
+    report = report_for(MODEL, "n1")
+    assert nodetopology.report_from_object(json.loads(json.dumps(node_topology_object(report)))) == report
+
+
+# lldpd's `lldpcli -f json0 show neighbors` on a leaf (every value is a list of objects), with the
+# leaf's `show chassis` section merged in
+LEAF_JSON0 = {
+    "local-chassis": [
+        {"chassis": [{"id": [{"type": "mac", "value": "0c:42:a1:11:22:33"}], "name": [{"value": "leaf7"}]}]}
+    ],
+    "lldp": [
+        {
+            "interface": [
+                {
+                    "name": "swp51",
+                    "via": "LLDP",
+                    "chassis": [
+                        {
+                            "id": [{"type": "mac", "value": "0c:42:a1:aa:bb:cc"}],
+                            "name": [{"value": "spine3"}],
+                            "capability": [
+                                {"type": "Bridge", "enabled": True},
+                                {"type": "Router", "enabled": True},
+                            ],
+                        }
+                    ],
+                    "port": [{"id": [{"type": "ifname", "value": "swp7"}], "ttl": [{"value": "120"}]}],
+                },
+                {
+                    "name": "swp1",
+                    "via": "LLDP",
+                    "chassis": [
+                        {
+                            "id": [{"type": "mac", "value": "b8:3f:d2:00:00:01"}],
+                            "name": [{"value": "n9"}],
+                            "capability": [{"type": "Station", "enabled": True}],
+                        }
+                    ],
+                    "port": [{"id": [{"type": "mac", "value": "b8:3f:d2:00:00:01"}]}],
+                },
+            ]
+        }
+    ],
+}
+
+
+def test_switch_table_links_switches_and_attaches_known_hosts() -> None:
+    table = switch_lldp.parse_table(json.dumps(LEAF_JSON0), default_name="ignored")
+    assert table.switch == "leaf7"
+    graph = FabricGraph()
+    graph.add_node("n9")
+    switch_lldp.apply(graph, [table])
+    assert graph.switch_links == {("leaf7", "spine3")}
+    assert graph.attached_switches("n9") == {"leaf7"}
+
+
+def test_host_side_lldpctl_json_reads_too_and_the_file_names_the_switch(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    source = shared_data / "lldp" / "lldpctl" / "sichek_bjg45.json"
+    copy = tmp_path / "edge-sw1.json"
+    copy.write_text(source.read_text())
+    (table,) = switch_lldp.load_files([str(copy)])
+    assert table.switch == "edge-sw1"
+    raw = json.loads(source.read_text())["lldp"]["interface"]
+    expected = {next(iter(next(iter(i.values()))["chassis"])) for i in raw}
+    assert {n.name for n in table.neighbours} == expected
+    assert all(n.is_switch for n in table.neighbours)
+
+
+def test_switch_table_that_is_not_json_is_refused_with_the_file_name(tmp_path: Path) -> None:
+    bad = tmp_path / "leaf1.json"
+    bad.write_text("Interface: swp1 ...")
+    with pytest.raises(switch_lldp.SwitchLldpError, match="leaf1.json"):
+        switch_lldp.load_files([str(bad)])
+
+
+def test_switch_tables_give_spines_to_nodes_cabled_by_lldp() -> None:
+    reports = {n: report_for(MODEL, n) for n in MODEL.nodes()}
+    tables = [
+        switch_lldp.parse_table(
+            json.dumps({"lldp": [{"interface": [_neighbour("swp49", "spine1")]}]}), default_name=leaf
+        )
+        for leaf in ("leaf1", "leaf2")
+    ]
+    desired = Pipeline().compute(ClusterInputs(reports=reports, switch_tables=tables), now=0)
+    tiers = {o["metadata"]["name"]: o["spec"]["tierName"] for o in desired.hypernodes}
+    assert tiers["spine-spine1"] == "spine"
+    assert desired.node_labels["n3"] == {
+        "hypertopo.io/leaf": "leaf-leaf2",
+        "hypertopo.io/spine": "spine-spine1",
+    }
+
+
+def _neighbour(port: str, name: str) -> dict[str, object]:
+    return {
+        "name": port,
+        "chassis": [{"id": [{"type": "mac", "value": "02:00:00:00:00:01"}], "name": [{"value": name}]}],
+    }
+
+
+ZONE, BLOCK = "topology.kubernetes.io/zone", "example.com/block"
+
+
+def test_label_levels_nest_and_sit_above_the_switch_levels() -> None:
+    model = parse_model({"blocks": [{"switch": f"leaf{i}", "nodes": [f"m{i}-[1-2]"]} for i in range(1, 6)]})
+    place = {1: ("a", "b1"), 2: ("a", "b1"), 3: ("a", "b2"), 4: ("a", "b2"), 5: ("b", "b1")}
+    node_labels = {n: {ZONE: place[i][0], BLOCK: place[i][1]} for i in place for n in (f"m{i}-1", f"m{i}-2")}
+    inputs = ClusterInputs(
+        reports={n: report_for(model, n) for n in model.nodes()},
+        node_labels=node_labels,
+        label_levels=labels.parse_levels(f"{ZONE},{BLOCK}"),
+    )
+    desired = Pipeline().compute(inputs, now=0)
+    assert desired.tree is not None and desired.tree.tiers == ("leaf", "spine", "core")
+    counts = sorted((o["spec"]["tierName"], o["status"]["nodeCount"]) for o in desired.hypernodes)
+    # block b1 of zone b is exactly leaf5, and zone b too: one HyperNode, the leaf
+    assert counts == [
+        ("core", 8),
+        ("leaf", 2),
+        ("leaf", 2),
+        ("leaf", 2),
+        ("leaf", 2),
+        ("leaf", 2),
+        ("spine", 4),
+        ("spine", 4),
+    ]
+    assert not desired.tree.dropped
+
+
+def test_labels_that_cut_across_a_leaf_are_dropped_with_the_reason() -> None:
+    reports = {n: report_for(MODEL, n) for n in MODEL.nodes()}
+    node_labels = {
+        "n1": {ZONE: "a"},
+        "n2": {ZONE: "a"},
+        "n3": {ZONE: "a"},
+        "n4": {ZONE: "b"},
+    }  # n3, n4 share leaf2
+    inputs = ClusterInputs(reports=reports, node_labels=node_labels, label_levels=(ZONE,))
+    desired = Pipeline().compute(inputs, now=0)
+    assert desired.tree is not None
+    dropped = dict(desired.tree.dropped)
+    assert "partly overlaps leaf:leaf2" in dropped[f"spine:label:{ZONE}=a"]
+    assert {o["status"]["nodeCount"] for o in desired.hypernodes} == {2}
+
+
+def test_label_levels_repeating_a_key_are_refused() -> None:
+    with pytest.raises(labels.LabelLevelsError):
+        labels.parse_levels("zone,rack,zone")

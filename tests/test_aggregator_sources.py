@@ -128,7 +128,7 @@ def test_host_side_lldpctl_json_reads_too_and_the_file_names_the_switch(
 def test_switch_table_that_is_not_json_is_refused_with_the_file_name(tmp_path: Path) -> None:
     bad = tmp_path / "leaf1.json"
     bad.write_text("Interface: swp1 ...")
-    with pytest.raises(switch_lldp.SwitchLldpError, match="leaf1.json"):
+    with pytest.raises(switch_lldp.SwitchLldpError, match=r"leaf1\.json"):
         switch_lldp.load_files([str(bad)])
 
 

@@ -252,9 +252,10 @@ def _probe_host(args: argparse.Namespace) -> NodeReport:
 def _probe_with_lldp(prober: Prober, wait: float) -> NodeReport:
     """Listens for LLDP for `wait` seconds on the interfaces found, then probes again."""
     from agent.adapters.raw_socket import LldpListener
+    from agent.runner import lldp_interfaces
 
     first = prober.collect()
-    names = [i.name for i in first.interfaces if i.name != "lo"]
+    names = lldp_interfaces(first)
     try:
         listener = LldpListener(names, prober.neighbour_table(), lambda *_: None)
         listener.start()

@@ -64,6 +64,7 @@ class Agent:
         self._watchers: list[Any] = []
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
+        self._lldp: Any = None
         self.cycles = 0
 
     # -- events --------------------------------------------------------------------------------
@@ -113,6 +114,8 @@ class Agent:
         self.cycles += 1
         if previous is None or previous.health != report.health:
             log.info("node %s health: %s", report.node_name, describe(report.health))
+        if self._lldp is not None and previous is not None and previous.interfaces != report.interfaces:
+            self._lldp.set_interfaces(lldp_interfaces(report))  # a NIC came or went
         self.publisher.submit(node_topology_object(report))
         return report
 
@@ -148,9 +151,7 @@ class Agent:
     # -- watchers ------------------------------------------------------------------------------
     def start_watchers(self, report: NodeReport) -> None:
         self._start_watcher("netlink link watcher", self._link_watcher)
-        names = [i.name for i in report.interfaces if i.name != "lo"]
-        if names:
-            self._start_watcher("LLDP listener", lambda: self._lldp_listener(names))
+        self._start_watcher("LLDP listener", lambda: self._lldp_listener(lldp_interfaces(report)))
         if self.prober.nvml_backend is not None:
             self._start_watcher("XID watcher", self._xid_watcher)
 
@@ -176,6 +177,7 @@ class Agent:
 
         listener = LldpListener(interfaces, self.prober.neighbour_table(), self.poke)
         listener.start()
+        self._lldp = listener
         return listener
 
     def _xid_watcher(self) -> Any:
@@ -186,6 +188,11 @@ class Agent:
             raise RuntimeError(watcher.error or "NVML refused XID events")
         self.prober.xid_watcher = watcher
         return watcher
+
+
+def lldp_interfaces(report: NodeReport) -> list[str]:
+    """Where LLDP frames can arrive: every reported interface but loopback (the probe drops it too)."""
+    return [i.name for i in report.interfaces if i.name != "lo"]
 
 
 def _quietly(what: str, fn: Callable[[], object]) -> None:

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
-from agent_host import HGX_SYSFS
+from agent_host import HGX_SYSFS, lldp_frame
+from realparts import require_binary, require_root
 
 from agent.report import API_GROUP, API_VERSION, KIND
 
@@ -141,3 +144,32 @@ def test_console_script_is_installed_and_runs() -> None:
         ["hypertopo-agent", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 0 and "NodeTopology" in proc.stdout
+
+
+@pytest.mark.netns
+def test_probe_lldp_wait_reports_the_switch_heard_on_a_veth(unique: str) -> None:
+    require_root()
+    ip = require_binary("ip")
+    a, b = f"htv{unique}a", f"htv{unique}b"
+    subprocess.run([ip, "link", "add", a, "type", "veth", "peer", "name", b], check=True, timeout=10)
+    stop = threading.Event()
+    try:
+        for name in (a, b):
+            subprocess.run([ip, "link", "set", name, "up"], check=True, timeout=10)
+
+        def switch() -> None:  # plays the switch: one LLDPDU on the far end every 100 ms
+            with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
+                sock.bind((b, 0))
+                while not stop.wait(0.1):
+                    sock.send(lldp_frame(system_name=f"leaf-{unique}", port="swp12"))
+
+        threading.Thread(target=switch, daemon=True).start()
+        proc = agent(
+            "probe", "--format", "json", "--nvml", "off", "--interfaces", f"^{a}$", "--lldp-wait", "1"
+        )
+    finally:
+        stop.set()
+        subprocess.run([ip, "link", "del", a], capture_output=True, timeout=10, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lldp = json.loads(proc.stdout)["spec"]["lldp"]
+    assert [(n["interface"], n["systemName"], n["portId"]) for n in lldp] == [(a, f"leaf-{unique}", "swp12")]

@@ -43,7 +43,8 @@ def test_probe_on_this_machine_exits_0_and_says_gpus_and_rdma_are_absent() -> No
     health = obj["spec"]["health"]
     assert health["nvml"]["state"] == "absent" and health["nvml"]["reason"]
     assert health["rdma"]["state"] == "absent" and health["rdma"]["reason"]
-    assert health["net"]["state"] == "ok" and obj["spec"]["interfaces"]
+    assert health["net"]["state"] in ("ok", "absent")  # absent only on a host with nothing but lo
+    assert bool(obj["spec"]["interfaces"]) == (health["net"]["state"] == "ok")
     assert "nvml=absent" in proc.stderr
 
 

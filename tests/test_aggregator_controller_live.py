@@ -1,0 +1,280 @@
+"""Whole `hypertopo-aggregator run` processes against a real API server: the tree appears, a restart
+writes nothing, NVLink failures reach Ready within seconds, only the leader writes and a successor
+takes over after kill -9, node labels and the taint come and go, and an API outage is survived.
+
+These run aggregators that act on every NodeTopology and owned HyperNode they see, so they get a
+control plane of their own (module scope) instead of the session's shared one."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aggregator_controller_kit import Proxy, private_plane, scrape, wait_for, writes_of
+from controlplane.harness import ControlPlane
+from realparts import free_port
+
+from agent.cluster_model import load_model
+from agent.model_probe import report_for
+from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
+from aggregator.pipeline import ClusterInputs, Pipeline
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = REPO / "tests" / "models" / "small-tree.yaml"
+LEASE = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5")
+pytestmark = pytest.mark.apiserver
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    with private_plane() as cp:
+        yield cp
+
+
+def nodes_of_model() -> list[str]:
+    model = load_model(str(MODEL))
+    return sorted({n for block in model.blocks for n in block.nodes})
+
+
+def failed(report: NodeReport) -> NodeReport:
+    health = {**report.health, "nvml": ComponentHealth(Health.FAILED, "GPU 0 NVLink 3 down")}
+    return dataclasses.replace(report, health=health)
+
+
+def apply_objects(plane: ControlPlane, objs: list[dict[str, Any]], *, kubeconfig: Path | None = None) -> None:
+    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+    plane.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=doc, kubeconfig=kubeconfig)
+
+
+def set_ready(plane: ControlPlane, kind: str, name: str, namespace: str | None = None) -> None:
+    cond = {"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z", "reason": "Up"}
+    patch = json.dumps({"status": {"conditions": [cond]}})
+    ns = ["-n", namespace] if namespace else []
+    plane.kubectl("patch", kind, name, *ns, "--subresource=status", "--type=merge", "-p", patch)
+
+
+@pytest.fixture
+def cluster(plane: ControlPlane) -> Iterator[dict[str, NodeReport]]:
+    """The small-tree model's 8 nodes: Node (Ready, a foreign label and taint), NodeTopology from the
+    model probe, and a Ready agent pod on each. Everything is removed afterwards."""
+    model = load_model(str(MODEL))
+    reports = {n: report_for(model, n) for n in nodes_of_model()}
+    nodes = [{"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": n, "labels": {"team": "ml"}},
+              "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}} for n in reports]
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"agent-{n}", "namespace": "hypertopo-system",
+                          "labels": {"app.kubernetes.io/name": "hypertopo-agent"}},
+             "spec": {"nodeName": n, "containers": [{"name": "agent", "image": "hypertopo:test"}]}} for n in reports]
+    apply_objects(plane, [*nodes, *pods, *(node_topology_object(r) for r in reports.values())])
+    for n in reports:
+        set_ready(plane, "node", n)
+        set_ready(plane, "pod", f"agent-{n}", "hypertopo-system")
+    yield reports
+    plane.kubectl("delete", "nodetopologies,nodes", "--all", "--wait=false")
+    plane.kubectl("delete", "pods", "--all", "-n", "hypertopo-system", "--grace-period=0", "--force")
+    plane.kubectl("delete", "leases", "--all", "-n", "hypertopo-system")
+    plane.kubectl("delete", "hypernodes", "--all", "--wait=false")
+
+
+def expected(reports: dict[str, NodeReport]) -> dict[str, dict[str, Any]]:
+    """The tree the pipeline derives from these reports (all nodes Ready, agents alive)."""
+    inputs = ClusterInputs(reports=reports, node_ready={n: True for n in reports},
+                           agent_ready={n: True for n in reports}, model=load_model(str(MODEL)))
+    desired = Pipeline().compute(inputs, time.time())
+    return {o["metadata"]["name"]: o for o in desired.hypernodes}
+
+
+class Aggregator:
+    def __init__(self, plane: ControlPlane, *extra: str, kubeconfig: Path | None = None, name: str = "a"):
+        self.port = free_port()
+        self.log = plane.workdir / f"aggregator-{name}-{self.port}.log"
+        argv = [sys.executable, "-m", "aggregator", "run", "--kubeconfig", str(kubeconfig or plane.kubeconfig),
+                "--listen", f"127.0.0.1:{self.port}", "--model", str(MODEL), "--identity", name,
+                "--hold-down", "1", "--debounce", "0.05", *LEASE, *extra]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        wait_for(self.metrics, timeout=30, what=f"aggregator {name} metrics")
+
+    def metrics(self) -> dict[str, float]:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"aggregator exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            return scrape(self.port)
+        return {}
+
+    def leading(self) -> bool:
+        return self.metrics().get("hypertopo_aggregator_is_leader") == 1
+
+    def hn_writes(self) -> float:
+        m = self.metrics()
+        return writes_of(m, "hypernodes") + writes_of(m, "hypernodes/status")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+def live(plane: ControlPlane) -> dict[str, dict[str, Any]]:
+    items = json.loads(plane.kubectl("get", "hypernodes", "-o", "json").stdout)["items"]
+    return {o["metadata"]["name"]: o for o in items}
+
+
+def ready_of(obj: dict[str, Any]) -> str:
+    return next(c["status"] for c in obj["status"]["conditions"] if c["type"] == "Ready")
+
+
+def same_tree(plane: ControlPlane, want: dict[str, dict[str, Any]]) -> bool:
+    have = live(plane)
+    return have.keys() == want.keys() and all(
+        have[n]["spec"] == want[n]["spec"] and "status" in have[n]
+        and have[n]["status"]["nodeCount"] == want[n]["status"]["nodeCount"]
+        and ready_of(have[n]) == ready_of(want[n]) for n in want)
+
+
+def leaf_of(tree: dict[str, dict[str, Any]], node: str) -> str:
+    return next(n for n, o in tree.items()
+                if {"type": "Node", "selector": {"exactMatch": {"name": node}}} in o["spec"]["members"])
+
+
+def test_first_run_creates_the_tree_and_a_restarted_aggregator_writes_nothing(
+    plane: ControlPlane, cluster: dict[str, NodeReport]
+) -> None:
+    want = expected(cluster)
+    first = Aggregator(plane, name="first")
+    wait_for(lambda: same_tree(plane, want), timeout=20, what="the HyperNode tree")
+    table = plane.kubectl("get", "hn").stdout
+    print(table)
+    assert table.split("\n")[0].split()[:4] == ["NAME", "TIER", "TIERNAME", "NODECOUNT"]
+    assert {tuple(r.split()[1:4]) for r in table.strip().split("\n")[1:]} == {("1", "leaf", "4"), ("2", "spine", "8")}
+    assert first.hn_writes() == 2 * len(want)  # one create + one status each
+    versions = {n: o["metadata"]["resourceVersion"] for n, o in live(plane).items()}
+    assert first.stop() == 0
+
+    second = Aggregator(plane, name="second")
+    wait_for(lambda: second.metrics().get("hypertopo_aggregator_reconcile_duration_seconds_count", 0) >= 3,
+             timeout=20, what="three reconciles by the restarted aggregator")
+    assert second.hn_writes() == 0
+    assert {n: o["metadata"]["resourceVersion"] for n, o in live(plane).items()} == versions
+    samples = second.metrics()
+    assert samples['hypertopo_aggregator_hypernodes{ready="True",tier="1",tier_name="leaf"}'] == 2
+    assert samples["hypertopo_aggregator_stale_agents"] == 0
+
+    node = nodes_of_model()[0]
+    leaf = leaf_of(want, node)
+    broken = node_topology_object(failed(cluster[node]))
+    started = time.monotonic()
+    apply_objects(plane, [broken])
+    wait_for(lambda: ready_of(live(plane)[leaf]) == "False", timeout=5, interval=0.02, what="Ready=False")
+    down = time.monotonic() - started
+    apply_objects(plane, [node_topology_object(cluster[node])])
+    started = time.monotonic()
+    wait_for(lambda: ready_of(live(plane)[leaf]) == "True", timeout=5, interval=0.02, what="Ready=True")
+    up = time.monotonic() - started
+    print(f"NVLink failure -> Ready=False in {down:.2f}s; repair -> Ready=True in {up:.2f}s (hold-down 1s)")
+    cond = next(c for c in live(plane)[leaf]["status"]["conditions"] if c["type"] == "Ready")
+    assert cond["reason"] and cond["message"]
+    assert second.stop() == 0
+
+
+def lease_holder(plane: ControlPlane) -> str:
+    proc = plane.kubectl("get", "lease", "hypertopo-aggregator", "-n", "hypertopo-system",
+                         "-o", "jsonpath={.spec.holderIdentity}", check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def test_only_the_leader_writes_and_a_successor_takes_over_after_kill_9(
+    plane: ControlPlane, cluster: dict[str, NodeReport]
+) -> None:
+    want = expected(cluster)
+    a, b = Aggregator(plane, name="alpha"), Aggregator(plane, name="beta")
+    wait_for(lambda: same_tree(plane, want), timeout=20, what="the HyperNode tree")
+    leader, standby = (a, b) if wait_for(lambda: lease_holder(plane), timeout=10) == "alpha" else (b, a)
+    wait_for(leader.leading, timeout=5, what="the leader's is_leader metric")
+    assert not standby.leading()
+    assert standby.hn_writes() == 0 and leader.hn_writes() == 2 * len(want)
+
+    node = nodes_of_model()[-1]
+    broken = dict(cluster, **{node: failed(cluster[node])})
+    leader.proc.kill()  # kill -9: no release, the successor must wait the lease out
+    killed = time.monotonic()
+    apply_objects(plane, [node_topology_object(broken[node])])  # a change while nobody leads
+    wait_for(standby.leading, timeout=10, interval=0.05, what="the standby to lead")
+    takeover = time.monotonic() - killed
+    want_after = expected(broken)
+    wait_for(lambda: same_tree(plane, want_after), timeout=10, what="the change written by the successor")
+    changed = sum(1 for n in want if ready_of(want[n]) != ready_of(want_after[n]))
+    print(f"takeover after kill -9 in {takeover:.2f}s (lease 3s, retry 0.5s); successor wrote "
+          f"{standby.hn_writes():.0f} status updates for {changed} changed HyperNodes")
+    assert takeover < 3 + 2 * 0.5
+    assert standby.hn_writes() == changed == 2  # the leaf and the spine above it, once each
+    assert wait_for(lambda: lease_holder(plane), timeout=5) == standby.proc.args[standby.proc.args.index("--identity") + 1]
+    assert standby.stop() == 0
+
+
+def node(plane: ControlPlane, name: str) -> dict[str, Any]:
+    return json.loads(plane.kubectl("get", "node", name, "-o", "json").stdout)
+
+
+def test_node_labels_and_the_taint_come_and_go_without_touching_others(
+    plane: ControlPlane, cluster: dict[str, NodeReport]
+) -> None:
+    want = expected(cluster)
+    agg = Aggregator(plane, "--node-labels", "--taint-unhealthy", name="marks")
+    first = nodes_of_model()[0]
+    leaf = leaf_of(want, first)
+    want_labels = {"team": "ml", "hypertopo.io/leaf": leaf, "hypertopo.io/spine": "spine-spine1"}
+    wait_for(lambda: node(plane, first)["metadata"]["labels"] == want_labels, timeout=20, what="node labels")
+    foreign = node(plane, first)["spec"]["taints"]  # ours, plus what admission added (not-ready)
+    assert {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"} in foreign
+    assert not any(t["key"].startswith("hypertopo.io/") for t in foreign)
+
+    apply_objects(plane, [node_topology_object(failed(cluster[first]))])
+    ours = {"key": "hypertopo.io/fabric-unhealthy", "value": "true", "effect": "NoSchedule"}
+    wait_for(lambda: node(plane, first)["spec"]["taints"] == [*foreign, ours], timeout=5, what="the taint")
+    assert not any(t["key"].startswith("hypertopo.io/") for n in nodes_of_model()[1:]
+                   for t in node(plane, n)["spec"]["taints"])
+    apply_objects(plane, [node_topology_object(cluster[first])])
+    wait_for(lambda: node(plane, first)["spec"]["taints"] == foreign, timeout=5, what="the taint removed")
+    assert node(plane, first)["metadata"]["labels"] == want_labels
+    assert agg.stop() == 0
+
+
+def test_the_aggregator_survives_an_api_outage_and_converges_afterwards(
+    plane: ControlPlane, cluster: dict[str, NodeReport]
+) -> None:
+    host, port = plane.url.removeprefix("https://").split(":")
+    proxy = Proxy(host, int(port))
+    config = yaml.safe_load(plane.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    via_proxy = plane.workdir / "kubeconfig-proxy"
+    via_proxy.write_text(yaml.safe_dump(config))
+    try:
+        agg = Aggregator(plane, kubeconfig=via_proxy, name="outage")
+        want = expected(cluster)
+        wait_for(lambda: same_tree(plane, want), timeout=20, what="the HyperNode tree")
+        proxy.cut()
+        node = nodes_of_model()[2]
+        broken = dict(cluster, **{node: failed(cluster[node])})
+        apply_objects(plane, [node_topology_object(broken[node])])  # changed while unreachable
+        time.sleep(4)  # longer than the renew deadline: the aggregator must stop leading, not die
+        assert agg.proc.poll() is None and not agg.leading()
+        proxy.restore()
+        started = time.monotonic()
+        wait_for(lambda: same_tree(plane, expected(broken)), timeout=20, what="convergence after the outage")
+        print(f"converged {time.monotonic() - started:.2f}s after the API server came back")
+        assert agg.leading()
+        assert agg.stop() == 0
+    finally:
+        proxy.close()

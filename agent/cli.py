@@ -203,6 +203,14 @@ def _add_run_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="/readyz stays ready this long while publishing fails (default 300)",
     )
+    run.add_argument(
+        "--verify-interval",
+        type=_non_negative,
+        default=300.0,
+        metavar="SECONDS",
+        help="read the NodeTopology object back this often and re-apply it if someone deleted or "
+        "edited it (a GET, never a write when intact; default 300, 0 = never)",
+    )
     _add_probe_flags(run)
 
 
@@ -296,7 +304,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ApiError as exc:
         raise UsageError(str(exc)) from exc
     config = RunConfig(interval=args.interval, listen=listen, ready_grace=args.ready_grace)
-    agent = Agent(Prober(_collect_config(args, args.node_name)), Publisher(api), config)
+    publisher = Publisher(api, verify_every=args.verify_interval or None)
+    agent = Agent(Prober(_collect_config(args, args.node_name)), publisher, config)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)

@@ -8,6 +8,10 @@ intermediate states are simply skipped, nothing is lost that matters.
 
 The Kubernetes client lives in `agent.adapters.kube`; here the API is a one-method protocol, so
 the retry logic is tested with a scripted API and time is injected.
+
+Remembering what was applied has one blind spot: someone deleting or editing the object. So every
+`verify_every` seconds the publisher reads the object back (a GET, not a write) and re-applies only
+if it is gone or its spec is not what was applied.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ class ObjectApi(Protocol):
     def apply(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         """Server-side apply of the whole object; raises ApiError."""
 
+    def get(self, name: str) -> Mapping[str, Any] | None:
+        """The stored object, None when it does not exist; raises ApiError."""
+
 
 @dataclass(frozen=True)
 class Backoff:
@@ -73,6 +80,7 @@ class Publisher:
         api: ObjectApi,
         *,
         backoff: Backoff = Backoff(),
+        verify_every: float | None = 300.0,
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
     ) -> None:
@@ -89,6 +97,8 @@ class Publisher:
         self.last_error = ""
         self._writes = 0
         self._errors = 0
+        self._verify_every = verify_every
+        self._verified_at = clock()
 
     def counts(self) -> PublishCounts:
         return PublishCounts(writes=self._writes, errors=self._errors)
@@ -131,6 +141,7 @@ class Publisher:
         with self._cond:
             self._applied, self._writes = text, self._writes + 1
             self.failures, self.failing_since, self._retry_at = 0, None, 0.0
+            self._verified_at = self._clock()
         log.info("published NodeTopology %s", desired.get("metadata", {}).get("name"))
         return True
 
@@ -148,15 +159,47 @@ class Publisher:
         level = logging.WARNING if exc.transient else logging.ERROR
         log.log(level, "publish failed (attempt %d, retry in %.1fs): %s", self.failures, delay, exc)
 
+    def verify(self) -> bool:
+        """Reads the object back; if it was deleted or edited, forgets it so the next attempt
+        re-applies. True when a re-apply is now needed."""
+        with self._cond:
+            desired, applied = self._desired, self._applied
+            self._verified_at = self._clock()
+        if desired is None or applied is None or wire_form(desired) != applied:
+            return False
+        name = str(desired["metadata"]["name"])
+        try:
+            stored = self._api.get(name)
+        except ApiError as exc:
+            log.debug("cannot verify NodeTopology %s: %s", name, exc)
+            return False
+        if stored is not None and stored.get("spec") == desired.get("spec"):
+            return False
+        log.warning("NodeTopology %s was %s; re-applying", name, "deleted" if stored is None else "edited")
+        with self._cond:
+            if self._applied == applied:
+                self._applied = None
+        return True
+
+    def _verify_in_locked(self) -> float | None:
+        if self._verify_every is None:
+            return None
+        return max(0.0, self._verified_at + self._verify_every - self._clock())
+
     def run(self, stop: threading.Event) -> None:
-        """Publishes until `stop` is set; wakes on `submit`, `stop` (call `wake`) or a retry deadline."""
+        """Publishes until `stop` is set; wakes on `submit`, `stop` (call `wake`), a retry deadline
+        or the next verification."""
         while not stop.is_set():
             with self._cond:
-                due = self._due_in_locked()
-                if due is None or due > 0:
-                    self._cond.wait(timeout=due)
+                due, verify_in = self._due_in_locked(), self._verify_in_locked()
+                if due is not None and due <= 0:
+                    action = self.attempt
+                elif verify_in is not None and verify_in <= 0:
+                    action = self.verify
+                else:
+                    self._cond.wait(timeout=min((t for t in (due, verify_in) if t is not None), default=None))
                     continue
-            self.attempt()
+            action()
 
     def wake(self) -> None:
         with self._cond:

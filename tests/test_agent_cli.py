@@ -128,7 +128,15 @@ def test_bad_usage_exits_2_with_a_message(args: list[str], message: str) -> None
         ),
         (
             ["run"],
-            ["--node-name", "--kubeconfig", "--interval", "--listen", "--ready-grace", "--sysfs", "--nvml"],
+            [
+                "--node-name",
+                "--kubeconfig",
+                "--interval",
+                "--listen",
+                "--ready-grace",
+                "--verify-interval",
+                "--nvml",
+            ],
         ),
     ],
 )

@@ -34,6 +34,9 @@ class ScriptedApi:
         self.applied.append(obj)
         return obj
 
+    def get(self, name: str) -> Mapping[str, Any] | None:
+        return next((o for o in reversed(self.applied) if o["metadata"]["name"] == name), None)
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -120,6 +123,34 @@ def test_permanent_errors_retry_slowly_at_the_cap() -> None:
     assert "invalid" in publisher.last_error
 
 
+def test_a_deleted_or_edited_object_is_noticed_by_verify_and_re_applied() -> None:
+    api = ScriptedApi()
+    publisher = Publisher(api)
+    publisher.submit(obj("n1", 1))
+    publisher.attempt()
+    assert not publisher.verify() and publisher.due_in() is None  # still there, unchanged: no write
+    api.applied.append(obj("n1", 666))  # someone edited the spec
+    assert publisher.verify() and publisher.due_in() == 0.0
+    publisher.attempt()
+    api.applied.clear()  # someone deleted it
+    assert publisher.verify()
+    publisher.attempt()
+    assert api.applied == [obj("n1", 1)] and publisher.counts().writes == 3
+
+
+def test_verification_is_due_every_period_after_the_last_apply() -> None:
+    clock = FakeClock()
+    publisher = Publisher(ScriptedApi(), verify_every=60.0, clock=clock)
+    publisher.submit(obj("n1", 1))
+    publisher.attempt()
+    clock.now += 59
+    assert publisher._verify_in_locked() == pytest.approx(1.0)
+    clock.now += 2
+    assert publisher._verify_in_locked() == 0.0
+    publisher.verify()
+    assert publisher._verify_in_locked() == 60.0
+
+
 def test_the_publisher_thread_retries_until_the_api_answers() -> None:
     api = ScriptedApi(ApiError("refused"), ApiError("refused"), ApiError("503", 503))
     publisher = Publisher(api, backoff=Backoff(base=0.01, cap=0.05))
@@ -172,6 +203,13 @@ def test_object_created_once_unchanged_probe_writes_nothing_change_writes_once(a
         changed = api.get(name)
         assert changed is not None and changed["metadata"]["resourceVersion"] != rv
         assert changed["spec"]["nvml"]["gpus"][2]["nvlinks"][11]["state"] == "down"
+
+        assert not publisher.verify()  # read back: as applied, so no write
+        apiserver.kubectl("delete", "nodetopology", name)
+        assert publisher.verify() and publisher.attempt()
+        recreated = api.get(name)
+        assert recreated is not None and recreated["spec"] == changed["spec"]
+        assert publisher.counts().writes == 3
     finally:
         apiserver.kubectl("delete", "nodetopology", name, "--ignore-not-found")
 
@@ -198,6 +236,9 @@ class Switchable:
 
     def apply(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         return self.target.apply(obj)
+
+    def get(self, name: str) -> Mapping[str, Any] | None:
+        return self.target.get(name)
 
 
 @pytest.mark.apiserver

@@ -61,6 +61,9 @@ class RecordingApi:
         self.applied.append(obj)
         return obj
 
+    def get(self, name: str) -> Mapping[str, Any] | None:
+        return self.applied[-1] if self.applied else None
+
 
 @contextmanager
 def running_agent(api: RecordingApi, **config: Any) -> Iterator[Agent]:

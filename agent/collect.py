@@ -136,6 +136,7 @@ class Prober:
     ) -> None:
         self.config = config
         self._links = links
+        self._last_links: Sequence[Any] = ()
         self._clock = clock
         self._backend = nvml_backend
         self._backend_error = ""
@@ -173,7 +174,7 @@ class Prober:
             rdma = cycle.run("rdma", self._probe_rdma)
             interfaces = cycle.run("net", self._probe_net)
             nvml = cycle.run("nvml", lambda: self._probe_nvml(rdma.value or ()))
-            lldp = cycle.run("lldp", self._probe_lldp)
+            lldp = cycle.run("lldp", lambda: self._probe_lldp(interfaces.value or ()))
             report = NodeReport(
                 node_name=self.config.node_name,
                 health={name: cycle.results[name].health for name in ("nvml", "rdma", "net", "lldp", "host")},
@@ -205,7 +206,8 @@ class Prober:
             from agent.adapters.netlink import dump_links
 
             self._links = dump_links
-        return net.probe(self._links(), sysfs=self.config.sysfs, include=self.config.interfaces)
+        self._last_links = self._links()
+        return net.probe(self._last_links, sysfs=self.config.sysfs, include=self.config.interfaces)
 
     def _probe_nvml(self, rdma_devices: Sequence[Any]) -> ProbeResult[Any]:
         if self._backend_error:
@@ -215,8 +217,12 @@ class Prober:
         xids = self.xid_watcher.recent() if self.xid_watcher is not None else None
         return nvml.probe(self._backend, sysfs=self.config.sysfs, rdma=tuple(rdma_devices), xids=xids)
 
-    def _probe_lldp(self) -> ProbeResult[Any]:
-        result: ProbeResult[Any] = self.neighbour_table().snapshot(self._clock())
+    def _probe_lldp(self, interfaces: Sequence[Any]) -> ProbeResult[Any]:
+        from agent.probes import net
+
+        # Neighbours of links that lost carrier are held: where a cut cable was plugged stays known.
+        down = net.links_down(self._last_links, interfaces)
+        result: ProbeResult[Any] = self.neighbour_table().snapshot(self._clock(), links_down=down)
         return result
 
 

@@ -114,8 +114,24 @@ class NeighbourTable:
                 self.generation += 1
             return bool(keys)
 
-    def snapshot(self, now: float) -> ProbeResult[tuple[LldpNeighbour, ...]]:
-        """The neighbours alive at `now`, sorted by interface, chassis ID and port ID."""
+    def hold(self, interfaces: frozenset[str], now: float) -> None:
+        """Keeps the neighbours of interfaces whose link is down from expiring while it is down.
+
+        A cut cable stops the frames, but the switch at the far end is still where that port is
+        cabled: the aggregator must see "cabled to leaf1, link down" (an unhealthy member of
+        leaf1), not a node that silently left its leaf once the TTL ran out. Expiry resumes,
+        from a full TTL, once the link is back."""
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if key[0] in interfaces:
+                    self._entries[key] = _Entry(entry.neighbour, max(entry.expires, now + entry.neighbour.ttl))
+
+    def snapshot(
+        self, now: float, *, links_down: frozenset[str] = frozenset()
+    ) -> ProbeResult[tuple[LldpNeighbour, ...]]:
+        """The neighbours alive at `now` (those of `links_down` held), sorted by interface,
+        chassis ID and port ID."""
+        self.hold(links_down, now)
         self.expire(now)
         with self._lock:
             neighbours = tuple(self._entries[key].neighbour for key in sorted(self._entries))

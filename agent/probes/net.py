@@ -24,7 +24,11 @@ from agent.probes.sysfs_attr import Problems, pci_address, read_text
 from agent.report import ComponentHealth, Health, Interface, ProbeResult
 
 NO_INTERFACES = "no network interfaces"
-IFF_LOOPBACK = 0x8  # include/uapi/linux/if.h
+IFF_UP = 0x1  # include/uapi/linux/if.h: administratively up
+IFF_LOOPBACK = 0x8
+# Kinds whose lost carrier is a cabling or switch-port fault. Bridges, tunnels and dummies report
+# "down" for reasons of their own (an empty bridge), so they are never a fabric fault.
+CARRIER_KINDS = frozenset({"physical", "infiniband", "veth", "bond"})
 _BOND_KINDS = ("bond", "team")
 _SPEED_UNKNOWN = {-1, 0xFFFFFFFF}  # SPEED_UNKNOWN, and the same value read as unsigned
 T = TypeVar("T")
@@ -69,9 +73,30 @@ def probe(
         return ProbeResult.absent(reason)
     chosen.sort(key=lambda r: r.index)
     interfaces = tuple(_interface(r, by_name, sysfs, problems) for r in chosen)
+    problems.reasons.extend(
+        f"{i.name}: link down (administratively up, no carrier)"
+        for i, r in zip(interfaces, chosen, strict=True)
+        if carrier_lost(i, r)
+    )
     if problems.reasons:
         return ProbeResult(interfaces, ComponentHealth(Health.DEGRADED, "; ".join(problems.reasons)))
     return ProbeResult(interfaces, ComponentHealth(Health.OK))
+
+
+def carrier_lost(interface: Interface, record: LinkRecord) -> bool:
+    """An interface someone set up whose link is not there: a cut cable or a dead switch port
+    (RFC 2863 operStatus down / lowerLayerDown while the admin status is up)."""
+    return (
+        bool(record.flags & IFF_UP)
+        and interface.oper_state in ("down", "lowerlayerdown")
+        and interface.kind in CARRIER_KINDS
+    )
+
+
+def links_down(links: Sequence[LinkRecord], interfaces: Sequence[Interface]) -> frozenset[str]:
+    """Names of the reported interfaces whose carrier is lost."""
+    records = {r.name: r for r in links}
+    return frozenset(i.name for i in interfaces if i.name in records and carrier_lost(i, records[i.name]))
 
 
 def _is_loopback(record: LinkRecord) -> bool:

@@ -9,11 +9,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from agent_host import NODE, fixture_prober
+from agent_host import HGX_SYSFS, LINKS, NODE, fixture_prober
 from prometheus_client import CollectorRegistry, generate_latest
 from realparts import require_binary
 
-from agent.collect import Prober
+from agent.collect import CollectConfig, Prober
 from agent.metrics import AgentMetrics, PublishCounts
 from agent.probes.nvml import XidWatcher
 from agent.probes.nvml_fake import FakeNvml
@@ -114,8 +114,11 @@ def test_rdma_ports_report_state_and_rate_in_bytes_per_second() -> None:
 
 
 def test_a_failing_probe_shows_success_zero_and_others_still_report() -> None:
-    prober = fixture_prober()
-    prober._links = lambda: (_ for _ in ()).throw(OSError("netlink socket closed"))
+    def broken_links() -> list[object]:
+        raise OSError("netlink socket closed")
+
+    config = CollectConfig(NODE, sysfs=HGX_SYSFS, nvml="fake:hgx-h100")
+    prober = Prober(config, links=broken_links)
     prober.collect()
     registry = registry_for(prober)
     assert registry.get_sample_value("hypertopo_probe_success", {"probe": "net"}) == 0
@@ -127,8 +130,7 @@ def test_a_failing_probe_shows_success_zero_and_others_still_report() -> None:
 
 
 def test_absent_gpus_give_no_gpu_series_rather_than_zeros() -> None:
-    prober = fixture_prober()
-    prober._backend = None
+    prober = Prober(CollectConfig(NODE, sysfs=HGX_SYSFS, nvml="off"), links=lambda: LINKS)
     prober.collect()
     text = generate_latest(registry_for(prober)).decode()
     assert not re.search(r"^hypertopo_(gpu|nvlink)_\w+\{", text, re.M)

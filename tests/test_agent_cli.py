@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -182,3 +183,45 @@ def test_probe_lldp_wait_reports_the_switch_heard_on_a_veth(unique: str) -> None
     assert proc.returncode == 0, proc.stderr
     lldp = json.loads(proc.stdout)["spec"]["lldp"]
     assert [(n["interface"], n["systemName"], n["portId"]) for n in lldp] == [(a, f"leaf-{unique}", "swp12")]
+
+
+def test_run_without_any_kubernetes_configuration_exits_2(tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "missing")}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    argv = [sys.executable, "-m", "agent", "run", "--node-name", "n1", "--nvml", "off"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO, env=env, check=False)
+    assert proc.returncode == 2
+    assert "no usable Kubernetes configuration" in proc.stderr
+
+
+def test_run_on_a_taken_listen_address_exits_1_with_the_reason(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = agent(
+            "run",
+            "--node-name",
+            "n1",
+            "--nvml",
+            "off",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--listen",
+            f"127.0.0.1:{port}",
+        )
+    assert proc.returncode == 1
+    assert "cannot run" in proc.stderr and "Address already in use" in proc.stderr

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from agent_host import fixture_prober
+from hypothesis import given
+from hypothesis import strategies as st
 from realparts import free_port
 
 from agent.adapters.kube import FIELD_MANAGER, KubeApi
@@ -270,3 +272,23 @@ def test_while_the_api_server_is_away_it_retries_then_publishes_the_latest(apise
         publisher.wake()
         thread.join(5)
         apiserver.kubectl("delete", "nodetopology", prober.config.node_name, "--ignore-not-found")
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([None, 409, 429, 500, 503, 0])), max_size=30))
+def test_whatever_the_api_does_the_latest_state_wins_and_no_write_repeats(
+    steps: list[tuple[int, int | None]],
+) -> None:
+    clock = FakeClock()
+    api = ScriptedApi()
+    publisher = Publisher(api, clock=clock)
+    for generation, status in steps:
+        publisher.submit(obj("n1", generation))
+        if publisher.due_in() == 0.0:
+            api.script = [None if status is None else ApiError("no", status or None)]
+            publisher.attempt()
+        clock.now += 60  # past any backoff
+    publisher.submit(obj("n1", 7))
+    assert publisher.attempt()
+    assert api.applied[-1] == obj("n1", 7)
+    assert all(a != b for a, b in zip(api.applied, api.applied[1:], strict=False))  # no repeated write
+    assert publisher.counts().writes == len(api.applied)

@@ -53,8 +53,8 @@ def label_changes(
     for name, node in nodes.items():
         want = {k: v for k, v in (desired.get(name) or {}).items() if k.startswith(LABEL_PREFIX)}
         labels = (node.get("metadata") or {}).get("labels") or {}
-        have = {k: labels[k] for k in owned_label_keys(node) if k in labels}
-        if want != have or any(labels.get(k) != v for k, v in want.items()):
+        stale = {k for k in owned_label_keys(node) if k in labels} - want.keys()
+        if stale or any(labels.get(k) != v for k, v in want.items()):
             changes[name] = want
     return changes
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,9 @@ def test_first_run_creates_the_tree_and_a_restarted_aggregator_writes_nothing(
              timeout=20, what="three reconciles by the restarted aggregator")
     assert second.hn_writes() == 0
     assert {n: o["metadata"]["resourceVersion"] for n, o in live(plane).items()} == versions
+    for path in ("/healthz", "/readyz"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{second.port}{path}", timeout=5) as resp:
+            assert resp.status == 200
     samples = second.metrics()
     assert samples['hypertopo_aggregator_hypernodes{ready="True",tier="1",tier_name="leaf"}'] == 2
     assert samples["hypertopo_aggregator_stale_agents"] == 0

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Protocol
 
-from agent.report import NodeReport, report_from_spec
 from aggregator.adapters import kube as kubeapi
 from aggregator.adapters.informer import Informer
 from aggregator.leader import ElectionConfig, LeaderElector
@@ -43,18 +42,21 @@ DEFAULT_AGENT_SELECTOR = "app.kubernetes.io/name=hypertopo-agent"
 class DesiredState(Protocol):
     """What the pipeline returns (aggregator.pipeline.Desired)."""
 
-    hypernodes: list[dict[str, Any]]
-    node_labels: dict[str, dict[str, str]]
-    unhealthy_nodes: frozenset[str]
+    @property
+    def hypernodes(self) -> list[dict[str, Any]]: ...
+    @property
+    def node_labels(self) -> dict[str, dict[str, str]]: ...
+    @property
+    def unhealthy_nodes(self) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)
 class ClusterView:
-    """The controller's current knowledge, handed to the pipeline."""
+    """The controller's current knowledge (raw objects by name), handed to the pipeline."""
 
-    reports: Mapping[str, NodeReport]
+    topologies: Mapping[str, Obj]
     nodes: Mapping[str, Obj]
-    agent_ready: Mapping[str, bool]
+    agent_ready: Mapping[str, bool] | None  # None: agent pods not tracked
 
 
 Compute = Callable[[ClusterView, float], DesiredState]
@@ -104,16 +106,6 @@ def agent_readiness(pods: Mapping[str, Obj]) -> dict[str, bool]:
     return ready
 
 
-def reports_of(objects: Mapping[str, Obj]) -> dict[str, NodeReport]:
-    reports: dict[str, NodeReport] = {}
-    for name, obj in objects.items():
-        try:
-            reports[name] = report_from_spec(obj.get("spec") or {})
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            log.warning("NodeTopology %s: unreadable spec, ignored: %s", name, exc)
-    return reports
-
-
 @dataclass(frozen=True)
 class Options:
     node_labels: bool = False
@@ -142,11 +134,12 @@ class Controller:
         self.clock = clock
         self.changed = threading.Event()
         self.cycles = 0
+        self.next_wake: float | None = None  # seconds until a hold-down deadline falls due
         self.last_beat = time.monotonic()
         wake = self.changed.set
         self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake)
         self.nodes = Informer(kube, kubeapi.NODES, on_change=wake)
-        self.pods = Informer(kube, kubeapi.PODS, label_selector=options.agent_selector, on_change=wake)
+        self.pods = Informer(kube, kubeapi.PODS, label_selector=options.agent_selector or None, on_change=wake)
         self.hypernodes = Informer(kube, kubeapi.HYPERNODES, on_change=wake)
         self.applier = Applier(kubeapi.HyperNodeClient(kube), may_write=may_write)
         self.marker = NodeMarker(kubeapi.NodeClient(kube, label_manager=LABEL_MANAGER), may_write=may_write)
@@ -155,7 +148,8 @@ class Controller:
 
     @property
     def informers(self) -> tuple[Informer, ...]:
-        return (self.topologies, self.nodes, self.pods, self.hypernodes)
+        tracked = (self.topologies, self.nodes, self.hypernodes)
+        return (*tracked, self.pods) if self.options.agent_selector else tracked
 
     def start(self) -> Controller:
         for informer in self.informers:
@@ -171,7 +165,8 @@ class Controller:
 
     def view(self) -> ClusterView:
         nodes = self._node_overlay.view(self.nodes.snapshot())
-        return ClusterView(reports_of(self.topologies.snapshot()), nodes, agent_readiness(self.pods.snapshot()))
+        agents = agent_readiness(self.pods.snapshot()) if self.options.agent_selector else None
+        return ClusterView(self.topologies.snapshot(), nodes, agents)
 
     def live_hypernodes(self) -> dict[str, Obj]:
         return self._hn_overlay.view(self.hypernodes.snapshot())
@@ -181,8 +176,13 @@ class Controller:
         """Recompute and reconcile once; returns the number of API writes made."""
         started = time.perf_counter()
         view = self.view()
-        desired = self.compute(view, self.clock())
-        self.metrics.stale_agents.set(sum(1 for n in view.reports if not view.agent_ready.get(n, False)))
+        now = self.clock()
+        desired = self.compute(view, now)
+        deadline = getattr(desired, "next_deadline", None)
+        self.next_wake = None if deadline is None else max(0.05, deadline - now + 0.01)
+        if view.agent_ready is not None:
+            agents = view.agent_ready
+            self.metrics.stale_agents.set(sum(1 for n in view.topologies if not agents.get(n, False)))
         writes = 0
         if self.may_write():
             writes = self._write(desired, view)
@@ -218,7 +218,7 @@ class Controller:
         """Reconcile on change (debounced) and every `period` seconds, until `stop` is set."""
         while not stop.is_set():
             self.last_beat = time.monotonic()
-            self.changed.wait(self.options.period)
+            self.changed.wait(min(self.options.period, self.next_wake or self.options.period))
             if stop.is_set():
                 return
             if self.changed.is_set():
@@ -254,7 +254,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--renew-deadline", type=float, default=10.0, help="seconds a leader keeps writing without renewing")
     add("--retry-period", type=float, default=2.0, help="seconds between acquire/renew attempts (default 2)")
     add("--no-leader-election", action="store_true", help="write without a Lease (a single replica only)")
-    add("--agent-selector", default=DEFAULT_AGENT_SELECTOR, help="label selector of the agent pods")
+    add("--agent-selector", default=DEFAULT_AGENT_SELECTOR,
+        help="label selector of the agent pods (empty: agent liveness not tracked)")
     add("--ibnetdiscover", metavar="FILE", help="ibnetdiscover dump of the InfiniBand fabric")
     add("--switch-lldp", metavar="FILE", nargs="+", default=[], help="lldpcli json0 tables from switches")
     add("--model", metavar="FILE", help="cluster model file (switch tree and node blocks)")
@@ -264,20 +265,21 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--node-labels", action="store_true", help="label Nodes with hypertopo.io/<tierName>=<HyperNode>")
     add("--taint-unhealthy", action="store_true", help="taint Nodes whose fabric failed (NoSchedule)")
     add("--listen", default=":9731", help="address of /metrics, /healthz and /readyz (default :9731)")
-    add("--period", type=float, default=None, help="seconds between periodic reconciles (resync)")
+    add("--period", type=float, default=None, help="seconds between periodic reconciles (default: from --hold-down)")
+    add("--resync", type=float, default=300.0, help="seconds between full pipeline rebuilds (default 300)")
     add("--debounce", type=float, default=0.2, help="seconds to gather changes before reconciling")
 
 
 def pipeline_compute(args: argparse.Namespace) -> Compute:
     """The pure pipeline (aggregator.pipeline) fed with the live view plus the static sources."""
-    from aggregator.pipeline import ClusterInputs, Pipeline
+    from aggregator.feed import PipelineFeed, StaticSources
+    from aggregator.pipeline import Pipeline
 
     pipeline = Pipeline(ready_threshold=args.ready_threshold, hold_down_seconds=args.hold_down)
+    feed = PipelineFeed(pipeline, StaticSources.from_args(args), resync=args.resync)
 
     def compute(view: ClusterView, now: float) -> DesiredState:
-        inputs = ClusterInputs(reports=dict(view.reports))
-        desired: DesiredState = pipeline.compute(inputs, now)
-        return desired
+        return feed.compute(view.topologies, view.nodes, view.agent_ready, now)
 
     return compute
 
@@ -295,6 +297,11 @@ def _period(args: argparse.Namespace) -> float:
 def run(args: argparse.Namespace) -> int:
     """Runs the controller until SIGTERM/SIGINT; releases the lease on the way out; returns 0."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        compute = pipeline_compute(args)
+    except (OSError, ValueError) as exc:  # the sources' errors name the file and line
+        log.error("hypertopo-aggregator run: %s", exc)
+        return 2
     metrics = AggregatorMetrics()
     kube = kubeapi.connect(args.kubeconfig, on_write=metrics.count_write)
     stop = threading.Event()
@@ -312,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         elector = LeaderElector(lease, config, on_change=lambda on: metrics.is_leader.set(1 if on else 0))
     may_write = elector.is_leader if elector else (lambda: True)
     options = Options(args.node_labels, args.taint_unhealthy, args.agent_selector, args.debounce, _period(args))
-    controller = Controller(kube, pipeline_compute(args), options=options, metrics=metrics, may_write=may_write)
+    controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write)
     if elector is None:
         metrics.is_leader.set(1)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,8 +244,13 @@ class Watch:
         self._response = response
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # closing a dead stream is fine
-            self._response.close()
+        """Interrupts a reader blocked in another thread (closing the response there would wait for
+        that reader's TLS lock): shutting the socket down wakes it with an error."""
+        connection = getattr(self._response, "connection", None) or getattr(self._response, "_connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def __iter__(self) -> Iterator[WatchEvent]:
         buffer = b""
@@ -258,7 +264,8 @@ class Watch:
         except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as exc:
             raise _error_from(exc) from exc
         finally:
-            self.close()
+            with contextlib.suppress(Exception):
+                self._response.close()
 
 
 def _event(doc: Mapping[str, Any]) -> WatchEvent:

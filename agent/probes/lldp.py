@@ -59,6 +59,7 @@ class NeighbourTable:
         self.frames = Counter[str]()  # accepted frames per interface (metrics)
         self.rejected = Counter[str]()  # rejected frames per interface (metrics)
         self.last_reject: dict[str, str] = {}  # interface -> reason of its latest rejected frame
+        self._held: frozenset[str] = frozenset()  # interfaces whose link is down (see `hold`)
 
     def observe(self, interface: str, frame: bytes, now: float) -> str | None:
         """Takes one received frame; returns None, or the reason it was rejected."""
@@ -97,7 +98,7 @@ class NeighbourTable:
     def expire(self, now: float) -> bool:
         """Drops neighbours whose TTL ran out; True when any did."""
         with self._lock:
-            dead = [key for key, entry in self._entries.items() if entry.expires <= now]
+            dead = [k for k, entry in self._entries.items() if entry.expires <= now and k[0] not in self._held]
             for key in dead:
                 del self._entries[key]
             if dead:
@@ -115,23 +116,27 @@ class NeighbourTable:
             return bool(keys)
 
     def hold(self, interfaces: frozenset[str], now: float) -> None:
-        """Keeps the neighbours of interfaces whose link is down from expiring while it is down.
+        """Holds the neighbours of interfaces whose link is down: they do not expire while the
+        link stays down, whoever calls `expire` (the listener does, every poll).
 
         A cut cable stops the frames, but the switch at the far end is still where that port is
         cabled: the aggregator must see "cabled to leaf1, link down" (an unhealthy member of
         leaf1), not a node that silently left its leaf once the TTL ran out. Expiry resumes,
         from a full TTL, once the link is back."""
         with self._lock:
+            released = self._held - interfaces
             for key, entry in list(self._entries.items()):
-                if key[0] in interfaces:
-                    self._entries[key] = _Entry(entry.neighbour, max(entry.expires, now + entry.neighbour.ttl))
+                if key[0] in released:
+                    self._entries[key] = _Entry(entry.neighbour, now + entry.neighbour.ttl)
+            self._held = frozenset(interfaces)
 
     def snapshot(
-        self, now: float, *, links_down: frozenset[str] = frozenset()
+        self, now: float, *, links_down: frozenset[str] | None = None
     ) -> ProbeResult[tuple[LldpNeighbour, ...]]:
-        """The neighbours alive at `now` (those of `links_down` held), sorted by interface,
-        chassis ID and port ID."""
-        self.hold(links_down, now)
+        """The neighbours alive at `now`, sorted by interface, chassis ID and port ID.
+        `links_down`, when given, replaces the set of held interfaces (see `hold`)."""
+        if links_down is not None:
+            self.hold(links_down, now)
         self.expire(now)
         with self._lock:
             neighbours = tuple(self._entries[key].neighbour for key in sorted(self._entries))

@@ -161,7 +161,11 @@ class FabricNet:
             time.sleep(0.2)
 
     def set_host_link(self, host: str, up: bool) -> None:
-        sh("ip", "-n", self.ns(host), "link", "set", "fab0", "up" if up else "down")
+        """Shuts (or reopens) the leaf port a host is cabled to, as a failed optic or a switch
+        port taken down would: the host's fab0 stays administratively up and loses carrier."""
+        leaf = self.leaf_of(host)
+        port = f"swp{self.leaves[leaf].index(host) + 1}"
+        sh("ip", "-n", self.ns(leaf), "link", "set", port, "up" if up else "down")
 
     def down(self) -> None:
         for proc in self.lldpd:

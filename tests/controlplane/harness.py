@@ -52,18 +52,21 @@ def _free_port() -> int:
 class ControlPlane:
     bin_dir: Path
     workdir: Path
+    bind_address: str = "127.0.0.1"
+    port: int = 0
     url: str = ""
     kubeconfig: Path = field(default_factory=Path)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     # -- clients -----------------------------------------------------------------------------
-    def kubeconfig_for(self, token: str, name: str = "user") -> Path:
-        """A kubeconfig that authenticates with the given bearer token."""
+    def kubeconfig_for(self, token: str, name: str = "user", server: str | None = None) -> Path:
+        """A kubeconfig that authenticates with the given bearer token (optionally through another
+        address of the API server, e.g. one reachable from a network namespace)."""
         path = self.workdir / f"kubeconfig-{name}"
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "test", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
+            "clusters": [{"name": "test", "cluster": {"server": server or self.url, "insecure-skip-tls-verify": True}}],
             "users": [{"name": name, "user": {"token": token}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": name}}],
             "current-context": "test",
@@ -131,7 +134,7 @@ class ControlPlane:
             [
                 str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={self.bind_address}",
                 f"--secure-port={api_port}",
                 f"--cert-dir={self.workdir / 'certs'}",
                 f"--token-auth-file={tokens}",
@@ -146,6 +149,7 @@ class ControlPlane:
                 "--v=1",
             ],
         )
+        self.port = api_port
         self.url = f"https://127.0.0.1:{api_port}"
         self.kubeconfig = self.kubeconfig_for(ADMIN_TOKEN, "admin")
         self._wait_ready(timeout=90)
@@ -187,17 +191,21 @@ class ControlPlane:
             proc.terminate()
         for proc in reversed(self.processes):
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=3)  # a test server: no need to drain long-running watches
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait(timeout=10)
         self.processes.clear()
 
 
 @contextlib.contextmanager
-def running(extra_tokens: Sequence[tuple[str, str, Sequence[str]]] = ()) -> Iterator[ControlPlane]:
+def running(
+    extra_tokens: Sequence[tuple[str, str, Sequence[str]]] = (), bind_address: str = "127.0.0.1"
+) -> Iterator[ControlPlane]:
+    """A started control plane; `bind_address="0.0.0.0"` also serves other interfaces (the lab)."""
     bin_dir = build()
     workdir = Path(tempfile.mkdtemp(prefix="hypertopo-cp-"))
-    plane = ControlPlane(bin_dir=bin_dir, workdir=workdir)
+    plane = ControlPlane(bin_dir=bin_dir, workdir=workdir, bind_address=bind_address)
     try:
         plane.start(extra_tokens)
         yield plane

@@ -113,6 +113,7 @@ class Options:
     agent_selector: str = DEFAULT_AGENT_SELECTOR
     debounce: float = 0.2
     period: float = 1.0
+    agent_namespace: str | None = None  # where the agent pods run (None: every namespace)
 
 
 class Controller:
@@ -139,7 +140,13 @@ class Controller:
         wake = self.changed.set
         self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake)
         self.nodes = Informer(kube, kubeapi.NODES, on_change=wake)
-        self.pods = Informer(kube, kubeapi.PODS, label_selector=options.agent_selector or None, on_change=wake)
+        self.pods = Informer(
+            kube,
+            kubeapi.PODS,
+            label_selector=options.agent_selector or None,
+            namespace=options.agent_namespace,
+            on_change=wake,
+        )
         self.hypernodes = Informer(kube, kubeapi.HYPERNODES, on_change=wake)
         self.applier = Applier(kubeapi.HyperNodeClient(kube), may_write=may_write)
         self.marker = NodeMarker(kubeapi.NodeClient(kube, label_manager=LABEL_MANAGER), may_write=may_write)
@@ -248,6 +255,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--kubeconfig", help="kubeconfig file (default: in-cluster service account, else $KUBECONFIG)")
     add("--namespace", default=os.environ.get("POD_NAMESPACE", "hypertopo-system"), help="namespace of the Lease")
+    add(
+        "--agent-namespace",
+        default=os.environ.get("POD_NAMESPACE", "hypertopo-system"),
+        help="namespace of the agent pods (the DaemonSet's); empty: all namespaces (needs cluster-wide pod access)",
+    )
     add("--identity", default=None, help="leader identity (default: $POD_NAME, else hostname_pid)")
     add("--lease-name", default="hypertopo-aggregator", help="name of the leader-election Lease")
     add("--lease-duration", type=float, default=15.0, help="seconds a lease is valid (default 15)")
@@ -318,7 +330,14 @@ def run(args: argparse.Namespace) -> int:
         lease = kubeapi.LeaseClient(kube, namespace=args.namespace, name=args.lease_name)
         elector = LeaderElector(lease, config, on_change=lambda on: metrics.is_leader.set(1 if on else 0))
     may_write = elector.is_leader if elector else (lambda: True)
-    options = Options(args.node_labels, args.taint_unhealthy, args.agent_selector, args.debounce, _period(args))
+    options = Options(
+        args.node_labels,
+        args.taint_unhealthy,
+        args.agent_selector,
+        args.debounce,
+        _period(args),
+        agent_namespace=args.agent_namespace or None,
+    )
     controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write)
     if elector is None:
         metrics.is_leader.set(1)

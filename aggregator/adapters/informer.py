@@ -36,6 +36,7 @@ class Informer:
         resource: Resource,
         *,
         label_selector: str | None = None,
+        namespace: str | None = None,
         on_change: Callable[[], None] = lambda: None,
         watch_timeout: int = 60,
         max_backoff: float = 5.0,
@@ -43,6 +44,7 @@ class Informer:
         self.kube = kube
         self.resource = resource
         self.label_selector = label_selector
+        self.namespace = namespace  # None: all namespaces (or a cluster-scoped resource)
         self.on_change = on_change
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
@@ -102,7 +104,7 @@ class Informer:
                 backoff = min(self.max_backoff, backoff * 2)
 
     def _list(self) -> str:
-        items, version = self.kube.list(self.resource, label_selector=self.label_selector)
+        items, version = self.kube.list(self.resource, namespace=self.namespace, label_selector=self.label_selector)
         self.relists += 1
         self._replace(items)
         self.synced.set()
@@ -114,6 +116,7 @@ class Informer:
             self._watch = self.kube.watch(
                 self.resource,
                 resource_version=version,
+                namespace=self.namespace,
                 label_selector=self.label_selector,
                 timeout_seconds=self.watch_timeout,
             )

@@ -271,7 +271,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ibnetdiscover", metavar="FILE", help="ibnetdiscover dump of the InfiniBand fabric")
     add("--switch-lldp", metavar="FILE", nargs="+", default=[], help="lldpcli json0 tables from switches")
     add("--model", metavar="FILE", help="cluster model file (switch tree and node blocks)")
-    add("--label-levels", metavar="KEYS", help="comma-separated node label keys, lowest level first")
+    add("--label-levels", metavar="KEYS", help="comma-separated node label keys, broadest first (as Kueue Topology levels)")
     add("--ready-threshold", type=float, default=0.0, help="unhealthy members a HyperNode tolerates")
     add("--hold-down", type=float, default=30.0, help="seconds a new Ready state must last before it shows")
     add("--node-labels", action="store_true", help="label Nodes with hypertopo.io/<tierName>=<HyperNode>")

@@ -273,7 +273,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--model", metavar="FILE", help="cluster model file (switch tree and node blocks)")
     add("--label-levels", metavar="KEYS", help="comma-separated node label keys, broadest first (as Kueue Topology levels)")
     add("--ready-threshold", type=float, default=0.0, help="unhealthy members a HyperNode tolerates")
-    add("--hold-down", type=float, default=30.0, help="seconds a new Ready state must last before it shows")
+    add(
+        "--hold-down",
+        type=float,
+        default=5.0,
+        help="seconds a new Ready state must last before it is published (flap damping; default 5)",
+    )
     add("--node-labels", action="store_true", help="label Nodes with hypertopo.io/<tierName>=<HyperNode>")
     add("--taint-unhealthy", action="store_true", help="taint Nodes whose fabric failed (NoSchedule)")
     add("--listen", default=":9731", help="address of /metrics, /healthz and /readyz (default :9731)")

@@ -69,15 +69,23 @@ def why_not(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def filter_nodes(state: ClusterState, pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Nodes none of `pods` may use -> the reason (the first pod's first failing filter)."""
+def filter_nodes(state: ClusterState, pods: Iterable[Mapping[str, Any]],
+                 cache: dict[Any, dict[str, str]] | None = None) -> dict[str, str]:
+    """Nodes none of `pods` may use -> the reason (the first pod's first failing filter).
+
+    Pods of one gang share their tolerations and nodeSelector, so the result is kept in `cache`
+    per (node generation, pod constraints); the caller drops the cache when nodes change."""
     excluded: dict[str, str] = {}
-    for name, node in state.nodes.items():
-        for pod in pods:
-            reason = why_not(pod, node)
-            if reason:
-                excluded[name] = reason
-                break
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        signature = (state.topology_generation, repr(spec.get("tolerations")), repr(spec.get("nodeSelector")))
+        found = cache.get(signature) if cache is not None else None
+        if found is None:
+            found = {name: r for name, node in state.nodes.items() if (r := why_not(pod, node))}
+            if cache is not None:
+                cache[signature] = found
+        for name, reason in found.items():
+            excluded.setdefault(name, reason)
     return excluded
 
 
@@ -110,9 +118,10 @@ def decide(
     view: GangView,
     *,
     excluded_domains: frozenset[str] = frozenset(),
+    filter_cache: dict[Any, dict[str, str]] | None = None,
 ) -> Decision:
     """Places the gang's pending pods on the scheduler's view of free capacity (assumed pods count)."""
-    excluded = filter_nodes(state, view.pending)
+    excluded = filter_nodes(state, view.pending, filter_cache)
     blocked_nodes = frozenset(excluded)
     anchors = {k: n for k, n in view.placed.items() if n not in blocked_nodes and _domain_ok(topology, n, excluded_domains)}
     gang = core_gang(view, anchors)

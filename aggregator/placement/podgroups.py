@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement.state import ClusterState, PodKey, is_finished, pod_key
+from aggregator.placement.state import GANG_LABEL, ClusterState, PodKey, gang_key, is_finished, pod_key
 
-GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+__all__ = ["GANG_LABEL", "GangView", "collect", "gang_key", "gangs_on_nodes", "group_status", "status_patch"]
 FAULT_ANNOTATION = "hypertopo.io/on-fabric-fault"
 FAULT_POLICIES = ("restart-pods", "restart-gang", "none")
 
@@ -61,13 +61,6 @@ def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     return ((obj or {}).get("metadata") or {}).get("annotations") or {}
 
 
-def gang_key(pod: Mapping[str, Any]) -> tuple[PodKey, bool]:
-    """The gang a pod belongs to and whether it is a named group (else a gang of one)."""
-    namespace, name = pod_key(pod)
-    group = _labels(pod).get(GANG_LABEL)
-    return ((namespace, group), True) if group else ((namespace, name), False)
-
-
 def _live(pod: Mapping[str, Any]) -> bool:
     return not is_finished(pod) and not (pod.get("metadata") or {}).get("deletionTimestamp")
 
@@ -75,19 +68,16 @@ def _live(pod: Mapping[str, Any]) -> bool:
 def collect(state: ClusterState, *, only_pending: bool = True) -> list[GangView]:
     """Gangs of our scheduler; with `only_pending`, only those with a member that needs a node.
     Ordered oldest first (by the earliest member creation), so a queue is fair."""
-    members: dict[PodKey, list[dict[str, Any]]] = {}
-    grouped: dict[PodKey, bool] = {}
-    for pod in state.pods.values():
-        if state.is_ours(pod) and _live(pod):
-            key, is_group = gang_key(pod)
-            members.setdefault(key, []).append(pod)
-            grouped[key] = is_group
-    pending = {pod_key(p) for p in state.pending()}
+    if only_pending:
+        keys = {state._gang_of[k] for k in state.pending_keys if k in state._gang_of}
+    else:
+        keys = set(state.gangs)
     views = []
-    for key, pods in members.items():
-        if only_pending and not any(pod_key(p) in pending for p in pods):
-            continue
-        views.append(_view(state, key, grouped[key], pods, pending))
+    for key in keys:
+        pods = [state.pods[k] for k in state.gangs.get(key, {}) if k in state.pods]
+        live = [p for p in pods if _live(p)]
+        if live:
+            views.append(_view(state, key, gang_key(live[0])[1], live, state.pending_keys))
     views.sort(key=lambda v: (min(_created(p) for p in v.members), v.key))
     return views
 
@@ -157,5 +147,5 @@ def status_patch(podgroup: Mapping[str, Any], wanted: Mapping[str, Any], now_rfc
 
 
 def members_of(state: ClusterState, key: PodKey) -> list[dict[str, Any]]:
-    """All pods of a named gang, finished ones included (for status counts)."""
-    return [p for p in state.pods.values() if gang_key(p) == (key, True)]
+    """All our pods of a gang, finished ones included (for status counts)."""
+    return [state.pods[k] for k in state.gangs.get(key, {}) if k in state.pods]

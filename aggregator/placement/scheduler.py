@@ -71,7 +71,10 @@ class Scheduler:
         self.evictions = EvictionQueue(api, lambda ev, outcome, detail: self._queue.put(("evicted", (ev, outcome, detail))),
                                        rate=options.eviction_rate, burst=options.eviction_burst,
                                        retry_seconds=options.eviction_retry_seconds, clock=clock)
-        self._writes = ThreadPoolExecutor(max_workers=2, thread_name_prefix="status")
+        # one writer, in order, coalescing per PodGroup: a later status never loses to an earlier one
+        self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
+        self._unwritten: dict[PodKey, dict[str, Any]] = {}
+        self._unwritten_lock = threading.Lock()
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         sources = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, ""), (kube.PODGROUPS, "")]
         self.informers = [
@@ -88,6 +91,7 @@ class Scheduler:
         self._waiting_since: dict[PodKey, float] = {}
         self._status_written: dict[PodKey, dict[str, Any]] = {}
         self._failed_nodes: dict[str, str] = {}
+        self._filter_cache: dict[Any, dict[str, str]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _sink(self, kind: str) -> Callable[[str, Any], None]:
@@ -149,12 +153,16 @@ class Scheduler:
             self._bound(payload)
         elif what == "evicted":
             self._evicted(*payload)
+        elif what == "status-failed":
+            self._status_written.pop(payload, None)
+            self.state.dirty_gangs.add(payload)
 
     def _cycle(self) -> None:
         now = self.clock()
         if self._topology_gen != self.state.topology_generation:
             self._topology_gen = self.state.topology_generation
             self._topology = topology.build(self.state.hypernodes.values(), topology.node_labels_of(self.state.nodes.values()))
+            self._filter_cache.clear()
         failed_domains = self.faults.failed_domains(self.state.hypernodes, now)
         if self._scheduled_gen == self.state.generation and now < self._next_resync and not self.faults.unknown_since:
             return
@@ -163,7 +171,7 @@ class Scheduler:
         self._write_podgroup_status()
         self._scheduled_gen = self.state.generation
         self._next_resync = now + self.options.resync_seconds
-        self.metrics.pending.set(len(self.state.pending()))
+        self.metrics.pending.set(len(self.state.pending_keys))
 
     # -- fault-driven rescheduling ------------------------------------------------------------
     def _fabric_faults(self, failed_domains: Mapping[str, str]) -> None:
@@ -198,7 +206,8 @@ class Scheduler:
                 continue
             self._waiting_since.pop(view.key, None)
             started = time.perf_counter()
-            decision = decide(self.state, self._topology, view, excluded_domains=excluded_domains)
+            decision = decide(self.state, self._topology, view, excluded_domains=excluded_domains,
+                              filter_cache=self._filter_cache)
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             if decision.ok:
                 self._commit(decision)
@@ -247,6 +256,7 @@ class Scheduler:
 
     def _bound(self, outcome: BindOutcome) -> None:
         self._in_flight.discard(outcome.gang)
+        self.state.generation += 1  # the gang's deferred status (and any waiting gang) gets a cycle
         self.metrics.bind_seconds.observe(outcome.seconds)
         self.metrics.binds.labels("bound").inc(len(outcome.bound))
         if outcome.ok:
@@ -269,33 +279,44 @@ class Scheduler:
 
     # -- PodGroup status ----------------------------------------------------------------------
     def _write_podgroup_status(self) -> None:
-        by_gang: dict[PodKey, list[dict[str, Any]]] = {}
-        for pod in self.state.pods.values():
-            if self.state.is_ours(pod):
-                key, is_group = podgroups.gang_key(pod)
-                if is_group:
-                    by_gang.setdefault(key, []).append(pod)
-        for key, pods in by_gang.items():
+        """Writes status for the PodGroups whose pods changed (a gang being bound waits: one write)."""
+        dirty, self.state.dirty_gangs = self.state.dirty_gangs, set()
+        for key in dirty:
             podgroup = self.state.podgroups.get(key)
             if podgroup is None:
                 continue
+            if key in self._in_flight:
+                self.state.dirty_gangs.add(key)
+                continue
+            pods = podgroups.members_of(self.state, key)
             scheduled = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
             wanted = podgroups.group_status(podgroup, pods, scheduled)
-            if self._status_written.get(key) == wanted:
+            if self._status_written.get(key) == wanted or not pods:
                 continue
             patch = podgroups.status_patch(podgroup, wanted, rfc3339())
             self._status_written[key] = wanted
             if patch:
-                self._writes.submit(self._patch_status, key, patch)
+                self._queue_status(key, patch["status"])
 
-    def _patch_status(self, key: PodKey, patch: dict[str, Any]) -> None:
+    def _queue_status(self, key: PodKey, status: dict[str, Any]) -> None:
+        with self._unwritten_lock:
+            queued = key in self._unwritten
+            self._unwritten[key] = {**self._unwritten.get(key, {}), **status}
+        if not queued:
+            self._writes.submit(self._patch_status, key)
+
+    def _patch_status(self, key: PodKey) -> None:
         from aggregator.placement.adapters import kube
 
+        with self._unwritten_lock:
+            status = self._unwritten.pop(key, None)
+        if not status:
+            return
         try:
-            self.api.patch_status(kube.PODGROUPS, key[0], key[1], patch)
+            self.api.patch_status(kube.PODGROUPS, key[0], key[1], {"status": status})
         except Exception as exc:
-            log.warning("PodGroup %s/%s status not written: %s", *key, exc)
-            self._status_written.pop(key, None)
+            log.warning("PodGroup %s/%s status not written (retried on the next cycle): %s", *key, exc)
+            self._queue.put(("status-failed", key))
 
 
 # -- command line -----------------------------------------------------------------------------

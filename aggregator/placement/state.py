@@ -18,6 +18,7 @@ from aggregator.placement.resources import Resources, node_allocatable, pod_requ
 
 PodKey = tuple[str, str]  # (namespace, name)
 FABRIC_TAINT = "hypertopo.io/fabric-unhealthy"
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -33,6 +34,13 @@ def object_key(obj: Mapping[str, Any]) -> str:
 
 def is_finished(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in FINISHED
+
+
+def gang_key(pod: Mapping[str, Any]) -> tuple[PodKey, bool]:
+    """The gang a pod belongs to and whether it is a named group (else a gang of one)."""
+    namespace, name = pod_key(pod)
+    group = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL)
+    return ((namespace, group), True) if group else ((namespace, name), False)
 
 
 @dataclass
@@ -51,6 +59,12 @@ class ClusterState:
     _allocatable: dict[str, Resources] = field(default_factory=dict)
     _used: dict[str, Resources] = field(default_factory=dict)
     _charges: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
+    _free: dict[str, Resources] = field(default_factory=dict)
+    # indexes of our own pods, kept as pods change so a cycle never scans every pod
+    gangs: dict[PodKey, dict[PodKey, bool]] = field(default_factory=dict)  # gang -> {pod: True}
+    pending_keys: set[PodKey] = field(default_factory=set)
+    dirty_gangs: set[PodKey] = field(default_factory=set)  # gangs whose pods changed (status to write)
+    _gang_of: dict[PodKey, PodKey] = field(default_factory=dict)
 
     # -- informer input -----------------------------------------------------------------------
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
@@ -65,6 +79,7 @@ class ClusterState:
             self.topology_generation += 1
         elif kind == "PodGroup":
             _put(self.podgroups, pod_key(obj), obj, deleted)
+            self.dirty_gangs.add(pod_key(obj))
         self.generation += 1
 
     def resync(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
@@ -91,8 +106,10 @@ class ClusterState:
         _put(self.nodes, name, node, deleted)
         if deleted:
             self._allocatable.pop(name, None)
+            self._free.pop(name, None)
         else:
             self._allocatable[name] = node_allocatable(node)
+            self._free[name] = self._allocatable[name] - self._used.get(name, Resources())
         self.topology_generation += 1
 
     def _apply_pod(self, pod: dict[str, Any], deleted: bool) -> None:
@@ -101,30 +118,65 @@ class ClusterState:
         if deleted or (pod.get("spec") or {}).get("nodeName"):
             self.assumed.pop(key, None)  # confirmed (or gone): the API's word replaces ours
         self._recharge(key)
+        self._index(key)
 
     # -- the scheduler's own decisions --------------------------------------------------------
     def assume(self, key: PodKey, node: str) -> None:
         self.assumed[key] = node
         self._recharge(key)
+        self._index(key)
         self.generation += 1
 
     def forget(self, key: PodKey) -> None:
         """Releases an assumption (a bind that failed or was rolled back)."""
         if self.assumed.pop(key, None) is not None:
             self._recharge(key)
+            self._index(key)
             self.generation += 1
 
     def _recharge(self, key: PodKey) -> None:
         old = self._charges.pop(key, None)
         if old is not None:
-            self._used[old[0]] = self._used.get(old[0], Resources()) - old[1]
+            self._charge(old[0], Resources() - old[1])
         pod = self.pods.get(key)
         node = self.node_of(key)
         if pod is None or node is None or is_finished(pod):
             return
         charge = (node, pod_request(pod))
         self._charges[key] = charge
-        self._used[node] = self._used.get(node, Resources()) + charge[1]
+        self._charge(node, charge[1])
+
+    def _charge(self, node: str, amount: Resources) -> None:
+        self._used[node] = used = self._used.get(node, Resources()) + amount
+        if node in self._allocatable:
+            self._free[node] = self._allocatable[node] - used
+
+    def _index(self, key: PodKey) -> None:
+        """Keeps the gang and pending indexes of our pods current for one pod."""
+        pod = self.pods.get(key)
+        old_gang = self._gang_of.pop(key, None)
+        if old_gang is not None:
+            self.gangs.get(old_gang, {}).pop(key, None)
+            if not self.gangs.get(old_gang, True):
+                del self.gangs[old_gang]
+            self.dirty_gangs.add(old_gang)
+        self.pending_keys.discard(key)
+        if pod is None or not self.is_ours(pod):
+            return
+        gang, _ = gang_key(pod)
+        self._gang_of[key] = gang
+        self.gangs.setdefault(gang, {})[key] = True
+        self.dirty_gangs.add(gang)
+        if self._needs_node(key, pod):
+            self.pending_keys.add(key)
+
+    def _needs_node(self, key: PodKey, pod: Mapping[str, Any]) -> bool:
+        return (
+            key not in self.assumed
+            and not (pod.get("spec") or {}).get("nodeName")
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")
+            and not is_finished(pod)
+        )
 
     # -- reads --------------------------------------------------------------------------------
     def node_of(self, key: PodKey) -> str | None:
@@ -135,24 +187,16 @@ class ClusterState:
 
     def free(self, nodes: Iterable[str] | None = None) -> dict[str, Resources]:
         """Allocatable minus every charge, for the given nodes (default: all known nodes)."""
-        names = self._allocatable.keys() if nodes is None else nodes
-        zero = Resources()
-        return {n: self._allocatable[n] - self._used.get(n, zero) for n in names if n in self._allocatable}
+        if nodes is None:
+            return dict(self._free)
+        return {n: self._free[n] for n in nodes if n in self._free}
 
     def is_ours(self, pod: Mapping[str, Any]) -> bool:
         return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
 
     def pending(self) -> list[dict[str, Any]]:
         """Our pods that still need a node: unbound, unassumed, not being deleted, not finished."""
-        return [
-            pod
-            for key, pod in self.pods.items()
-            if key not in self.assumed
-            and self.is_ours(pod)
-            and not (pod.get("spec") or {}).get("nodeName")
-            and not (pod.get("metadata") or {}).get("deletionTimestamp")
-            and not is_finished(pod)
-        ]
+        return [self.pods[key] for key in self.pending_keys]
 
 
 def _put(table: dict[Any, dict[str, Any]], key: Any, obj: dict[str, Any], deleted: bool) -> None:

@@ -51,7 +51,7 @@ def _populate(cluster: Cluster, *, pods: int, gang: int, nodes: int, scheduler: 
     cluster.add_pods(bodies)
 
 
-def measure(plane: ControlPlane, *, pods: int = 2000, gang: int = 4, nodes: int = 100, workers: int = 16,
+def measure(plane: ControlPlane, *, pods: int = 2000, gang: int = 4, nodes: int = 100, workers: int = 32,
             tag: str = "bench", timeout: float = 300.0) -> dict[str, Any]:
     cluster = Cluster(plane, tag, kwok=False)
     name = f"hypertopo-{tag}"
@@ -93,7 +93,7 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--gang", type=int, default=4)
     parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=32)
     args = parser.parse_args()
     with running() as plane:
         result = measure(plane, pods=args.pods, gang=args.gang, nodes=args.nodes, workers=args.workers)

@@ -67,10 +67,6 @@ class FaultTracker:
             del self.unknown_since[gone]
         return failed
 
-    def next_deadline(self) -> float | None:
-        """When the earliest Unknown HyperNode will pass its grace (to re-check then)."""
-        return min(self.unknown_since.values(), default=None) if self.unknown_since else None
-
 
 def failed_nodes(state: ClusterState, topology: Topology, failed_domains: Mapping[str, str]) -> dict[str, str]:
     """Node -> why it has failed: the fabric taint, or a failed HyperNode at or above it."""

@@ -44,7 +44,7 @@ PODGROUP_API = "scheduling.x-k8s.io/v1alpha1"
 class Options:
     scheduler_name: str = "hypertopo-scheduler"
     node_selector: str = ""  # label selector: the nodes this scheduler may use (default all)
-    bind_workers: int = 16
+    bind_workers: int = 32
     eviction_rate: float = 5.0  # evictions per second
     eviction_burst: int = 10
     eviction_retry_seconds: float = 5.0

@@ -203,3 +203,28 @@ def test_token_bucket_allows_a_burst_then_the_rate() -> None:
 def test_resources_of_a_gpu_node_are_parsed_once_into_the_free_map() -> None:
     state = fresh(("Node", node("a", 4)))
     assert state.free() == {"a": Resources(gpus=4, cpu_milli=64000, memory=512 * 2**30, pods=110)}
+
+
+def spine(name: str, ready: str | None, leaves: list[str]) -> dict[str, Any]:
+    obj = hypernode(name, ready, [])
+    obj["spec"] = {"tier": 2, "tierName": "spine",
+                   "members": [{"type": "HyperNode", "selector": {"exactMatch": {"name": n}}} for n in leaves]}
+    return obj
+
+
+def test_a_tainted_node_names_the_fault_so_its_healthy_leaf_mates_are_not_failed() -> None:
+    taint = [{"key": "hypertopo.io/fabric-unhealthy", "effect": "NoSchedule"}]
+    state = fresh(("Node", node("a", taints=taint)), ("Node", node("b")), ("Node", node("c")))
+    topo = build([hypernode("leaf-1", "False", ["a", "b"]), hypernode("leaf-2", "True", ["c"]),
+                  spine("spine", "False", ["leaf-1", "leaf-2"])])
+    failed = rescheduler.failed_nodes(state, topo, {"leaf-1": "leaf down", "spine": "rolled up"})
+    assert set(failed) == {"a"}
+
+
+def test_a_failed_spine_above_a_failed_leaf_is_carried_not_a_fault_of_its_own() -> None:
+    state = fresh(*(("Node", node(n)) for n in ("a", "b", "c")))
+    topo = build([hypernode("leaf-1", "False", ["a", "b"]), hypernode("leaf-2", "True", ["c"]),
+                  spine("spine", "False", ["leaf-1", "leaf-2"])])
+    # No taints: the leaf's nodes are all suspect, the other leaf is not; it stays usable for placement.
+    assert set(rescheduler.failed_nodes(state, topo, {"leaf-1": "down", "spine": "rolled up"})) == {"a", "b"}
+    assert topo.usable == {"leaf-1": False, "leaf-2": True, "spine": True}

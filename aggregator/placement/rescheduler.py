@@ -1,7 +1,8 @@
 """Fault-driven rescheduling: which nodes the fabric has failed, and which pods to evict for it.
 
-A node has failed when it carries the taint `hypertopo.io/fabric-unhealthy` or sits below a
-HyperNode whose Ready condition is False. Ready=Unknown means the agent behind it went stale, which
+A node has failed when it carries the taint `hypertopo.io/fabric-unhealthy`, or sits below a
+HyperNode whose Ready condition is False for a reason nothing more precise explains (see
+`failed_nodes`). Ready=Unknown means the agent behind it went stale, which
 alone is no proof of a fault: it counts only once it has lasted the grace period.
 
 Each affected gang follows its `hypertopo.io/on-fabric-fault` annotation: `restart-pods` evicts
@@ -69,15 +70,25 @@ class FaultTracker:
 
 
 def failed_nodes(state: ClusterState, topology: Topology, failed_domains: Mapping[str, str]) -> dict[str, str]:
-    """Node -> why it has failed: the fabric taint, or a failed HyperNode at or above it."""
+    """Node -> why it has failed.
+
+    The fabric taint (the aggregator's `--taint-unhealthy`) names the failed nodes exactly. A
+    failed HyperNode says less: its Ready condition rolls up member health, so a leaf is False
+    when one of its nodes is. Its nodes count as failed only when nothing more precise explains
+    it: no failed HyperNode below it and no tainted node inside it (a dead leaf switch, or an
+    aggregator that does not taint)."""
     failed: dict[str, str] = {}
-    for domain, why in sorted(failed_domains.items()):
-        if domain in topology.domains:
-            for node in topology.nodes_of(domain):
-                failed.setdefault(node, why)
     for name, node_obj in state.nodes.items():
         if tainted(node_obj):
             failed[name] = f"node {name} has taint {FABRIC_TAINT}"
+    known = {d: why for d, why in failed_domains.items() if d in topology.domains}
+    carried = {up for d in known for up in topology.chains.get(d, (d,))[1:]}
+    for domain, why in sorted(known.items()):
+        nodes = topology.nodes_of(domain)
+        if domain in carried or any(node in failed for node in nodes):
+            continue
+        for node in nodes:
+            failed.setdefault(node, why)
     return failed
 
 

@@ -207,7 +207,8 @@ def _index(domains: dict[str, Domain], node_leaf: dict[str, str], problems: list
     for name in sorted(domains):
         by_tier.setdefault(domains[name].tier, []).append(name)
         tier_names.setdefault(domains[name].tier, domains[name].tier_name)
-    usable = {name: all(domains[d].ready for d in chains[name]) for name in domains}
+    faulty = own_faults(domains, chains)
+    usable = {name: not any(d in faulty for d in chains[name]) for name in domains}
     return Topology(domains=domains, node_leaf=node_leaf, tier_names=tier_names, chains=chains,
                     leaves_below={k: tuple(v) for k, v in leaves_below.items()},
                     by_tier={k: tuple(v) for k, v in by_tier.items()}, usable=usable,
@@ -217,3 +218,15 @@ def _index(domains: dict[str, Domain], node_leaf: dict[str, str], problems: list
 def node_labels_of(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """Node objects -> {name: labels}, the form `build` takes."""
     return {n["metadata"]["name"]: dict(n["metadata"].get("labels") or {}) for n in nodes}
+
+
+def own_faults(domains: Mapping[str, Domain], chains: Mapping[str, tuple[str, ...]]) -> frozenset[str]:
+    """The Ready=False domains whose fault is their own, not carried up from a failed domain below.
+
+    Health rolls up: one unhealthy node can turn its leaf, spine and core Ready=False together.
+    Only the lowest of them is the fault; taking the spine or the core out of service for it would
+    take every healthy leaf under them out too. So a failed domain with a failed domain below it
+    is not a fault of its own."""
+    failed = {name for name, domain in domains.items() if not domain.ready}
+    carried = {up for name in failed for up in chains[name][1:]}
+    return frozenset(failed - carried)

@@ -15,7 +15,10 @@ from typing import NoReturn
 import pytest
 
 REQUIRE_REAL = os.environ.get("HYPERTOPO_REQUIRE_REAL") == "1"
-SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+# ../shared/data beside the checkout (DESIGN.md); HYPERTOPO_SHARED_DATA points elsewhere.
+SHARED_DATA = Path(
+    os.environ.get("HYPERTOPO_SHARED_DATA") or Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+)
 
 
 def missing(reason: str) -> NoReturn:

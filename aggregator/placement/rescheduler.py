@@ -69,6 +69,14 @@ class FaultTracker:
         return failed
 
 
+def own_failures(topology: Topology, failed_domains: Mapping[str, str]) -> dict[str, str]:
+    """The failed HyperNodes whose failure is their own: not one carried up from a failed
+    HyperNode below them (health rolls up, so one bad leaf can fail its spine and core too)."""
+    known = {d: why for d, why in failed_domains.items() if d in topology.domains}
+    carried = {up for d in known for up in topology.chains.get(d, (d,))[1:]}
+    return {d: why for d, why in known.items() if d not in carried}
+
+
 def failed_nodes(state: ClusterState, topology: Topology, failed_domains: Mapping[str, str]) -> dict[str, str]:
     """Node -> why it has failed.
 
@@ -81,11 +89,9 @@ def failed_nodes(state: ClusterState, topology: Topology, failed_domains: Mappin
     for name, node_obj in state.nodes.items():
         if tainted(node_obj):
             failed[name] = f"node {name} has taint {FABRIC_TAINT}"
-    known = {d: why for d, why in failed_domains.items() if d in topology.domains}
-    carried = {up for d in known for up in topology.chains.get(d, (d,))[1:]}
-    for domain, why in sorted(known.items()):
+    for domain, why in sorted(own_failures(topology, failed_domains).items()):
         nodes = topology.nodes_of(domain)
-        if domain in carried or any(node in failed for node in nodes):
+        if any(node in failed for node in nodes):
             continue
         for node in nodes:
             failed.setdefault(node, why)

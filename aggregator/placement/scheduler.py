@@ -167,7 +167,7 @@ class Scheduler:
         if self._scheduled_gen == self.state.generation and now < self._next_resync and not self.faults.unknown_since:
             return
         self._fabric_faults(failed_domains)
-        self._schedule(frozenset(failed_domains), now)
+        self._schedule(frozenset(rescheduler.own_failures(self._topology, failed_domains)), now)
         self._write_podgroup_status()
         self._scheduled_gen = self.state.generation
         self._next_resync = now + self.options.resync_seconds

@@ -182,3 +182,8 @@ class FabricNet:
             if name.startswith(f"{PREFIX}-"):
                 sh("ip", "netns", "del", name, check=False)
         sh("ip", "link", "del", BRIDGE, check=False)
+        # Management veths whose namespace end is still held by a stray process of a killed run.
+        for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
+            name = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
+            if name.startswith(f"{PREFIX}m-"):
+                sh("ip", "link", "del", name, check=False)

@@ -212,3 +212,48 @@ def test_an_agent_token_without_a_node_is_refused(installed: ControlPlane, uniqu
         time.sleep(0.5)
         proc = _apply_as(installed, kubeconfig, f"node-x-{unique}")
     assert proc.returncode != 0 and "token names no node" in proc.stderr
+
+
+# Everything each ServiceAccount may do in its own namespace (cluster roles included), exactly.
+EXACT_RULES: dict[str, dict[str, set[str]]] = {
+    "hypertopo-agent": {"nodetopologies.hypertopo.io": {"get", "create", "patch"}},
+    "hypertopo-aggregator": {
+        "nodetopologies.hypertopo.io": {"get", "list", "watch"},
+        "nodes": {"get", "list", "watch", "patch"},
+        "hypernodes.topology.volcano.sh": {"get", "list", "watch", "create", "patch", "update", "delete"},
+        "hypernodes.topology.volcano.sh/status": {"get", "patch", "update"},
+        "events": {"create", "patch"},
+        "events.events.k8s.io": {"create", "patch"},
+        "leases.coordination.k8s.io": {"get", "create", "update", "patch"},
+        "pods": {"get", "list", "watch"},
+    },
+    "hypertopo-scheduler": {
+        "pods": {"get", "list", "watch", "delete"},
+        "pods/binding": {"create"},
+        "pods/eviction": {"create"},
+        "pods/status": {"patch"},
+        "nodes": {"get", "list", "watch"},
+        "hypernodes.topology.volcano.sh": {"get", "list", "watch"},
+        "podgroups.scheduling.x-k8s.io": {"get", "list", "watch"},
+        "podgroups.scheduling.x-k8s.io/status": {"get", "patch", "update"},
+        "events": {"create", "patch"},
+        "events.events.k8s.io": {"create", "patch"},
+    },
+}
+DEFAULT_SELF_REVIEWS = {"selfsubjectreviews.authentication.k8s.io", "selfsubjectaccessreviews.authorization.k8s.io",
+                        "selfsubjectrulesreviews.authorization.k8s.io"}  # fmt: skip
+
+
+@pytest.mark.parametrize("account", sorted(EXACT_RULES))
+def test_service_account_holds_exactly_the_listed_rules(installed: ControlPlane, account: str) -> None:
+    out = installed.kubectl(
+        "auth", "can-i", "--list", f"--as=system:serviceaccount:{NS}:{account}", "-n", NS
+    ).stdout
+    granted: dict[str, set[str]] = {}
+    for line in out.splitlines()[1:]:
+        if not line[:1].strip():
+            continue  # non-resource URLs (discovery, health): granted to everyone
+        resource, verbs = line.split()[0], line[line.rindex("[") + 1 : line.rindex("]")].split()
+        if resource not in DEFAULT_SELF_REVIEWS:
+            granted.setdefault(resource, set()).update(verbs)
+    assert granted == EXACT_RULES[account]

@@ -28,10 +28,15 @@ from placement_live import Cluster, parallel
 from aggregator.placement.scheduler import Options, Scheduler
 
 
-def _bound(sched: Scheduler) -> int:
+def _bound(sched: Scheduler, namespace: str) -> int:
+    """Bound pods of this run (the scheduler also caches pods of anything else on the server)."""
     for _ in range(5):
         try:
-            return sum(1 for p in list(sched.state.pods.values()) if (p.get("spec") or {}).get("nodeName"))
+            return sum(
+                1
+                for p in list(sched.state.pods.values())
+                if (p.get("spec") or {}).get("nodeName") and (p.get("metadata") or {}).get("namespace") == namespace
+            )
         except RuntimeError:  # the loop thread resized the dict mid-count; count again
             continue
     return 0
@@ -64,7 +69,7 @@ def measure(plane: ControlPlane, *, pods: int = 2000, gang: int = 4, nodes: int 
         sched.start()
         first = None
         try:
-            while (count := _bound(sched)) < pods and time.monotonic() - t0 < timeout:
+            while (count := _bound(sched, cluster.ns)) < pods and time.monotonic() - t0 < timeout:
                 if count and first is None:
                     first = time.monotonic() - t0
                 time.sleep(0.01)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import sys
@@ -90,6 +91,7 @@ def decision_bench(nodes: int, states: int, repeats: int, dry_states: int) -> di
     build_ms = (time.perf_counter() - begin) * 1000
     rng = random.Random(1)
     frees = [occupied(names, rng, busy=0.5) for _ in range(states)]
+    gc.freeze()  # as hypertopo-scheduler does after each topology rebuild (see scheduler._cycle)
     out: dict[str, Any] = {"nodes": nodes, "hypernodes": len(topology.domains), "tiers": len(topology.tiers),
                            "topology_build_ms": round(build_ms, 1)}
     for pods, gpus in ((128, 8), (8, 8), (1, 2)):

@@ -14,6 +14,7 @@ status. Leader election is not done here: run one replica (or one per scheduler 
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import queue
 import signal
@@ -163,6 +164,10 @@ class Scheduler:
             self._topology_gen = self.state.topology_generation
             self._topology = topology.build(self.state.hypernodes.values(), topology.node_labels_of(self.state.nodes.values()))
             self._filter_cache.clear()
+            # The cluster view is large and long-lived: keep the cyclic GC from rescanning it in the
+            # middle of decisions (a full collection over 10,000 nodes' objects took ~40 ms, the
+            # whole p99 of a decision). Frozen objects are still freed by reference counting.
+            gc.freeze()
         failed_domains = self.faults.failed_domains(self.state.hypernodes, now)
         if self._scheduled_gen == self.state.generation and now < self._next_resync and not self.faults.unknown_since:
             return

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from controlplane.harness import ControlPlane, ControlPlaneError, running
+from placement_live import Cluster, kwok_running
 from realparts import missing, shared_data_dir
 
 
@@ -34,3 +35,18 @@ def unique() -> str:
 def shared_data() -> Path:
     """../shared/data: real-world captures written by others (see its SOURCES.md)."""
     return shared_data_dir()
+
+
+@pytest.fixture(scope="module")
+def kwok(apiserver: ControlPlane) -> Iterator[None]:
+    """kwok keeping the test's kwok-labelled nodes Ready and their bound pods Running."""
+    with kwok_running(apiserver):
+        yield
+
+
+@pytest.fixture
+def cluster(apiserver: ControlPlane, kwok: None, unique: str) -> Iterator[Cluster]:
+    """GPU nodes, HyperNodes, PodGroups and pods of one test, removed afterwards."""
+    c = Cluster(apiserver, unique)
+    yield c
+    c.cleanup()

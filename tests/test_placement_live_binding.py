@@ -8,30 +8,15 @@ must then leave no part of the gang bound and release what it had assumed."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from controlplane.harness import ControlPlane
-from placement_live import Cluster, kwok_running, wait_for
+from placement_live import Cluster, wait_for
 
 from aggregator.placement.adapters import kube
 from aggregator.placement.resources import Resources
 
 pytestmark = pytest.mark.apiserver
-
-
-@pytest.fixture(scope="module")
-def kwok(apiserver: ControlPlane) -> Iterator[None]:
-    with kwok_running(apiserver):
-        yield
-
-
-@pytest.fixture
-def cluster(apiserver: ControlPlane, kwok: None, unique: str) -> Iterator[Cluster]:
-    c = Cluster(apiserver, unique)
-    yield c
-    c.cleanup()
 
 
 class Interloper(kube.KubeApi):

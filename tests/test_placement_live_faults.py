@@ -7,26 +7,11 @@ gang label, as a Job/JobSet would; the scheduler then re-places it next to the r
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
-from controlplane.harness import ControlPlane
-from placement_live import Cluster, kwok_running, wait_for
+from placement_live import Cluster, wait_for
 
 pytestmark = pytest.mark.apiserver
-
-
-@pytest.fixture(scope="module")
-def kwok(apiserver: ControlPlane) -> Iterator[None]:
-    with kwok_running(apiserver):
-        yield
-
-
-@pytest.fixture
-def cluster(apiserver: ControlPlane, kwok: None, unique: str) -> Iterator[Cluster]:
-    c = Cluster(apiserver, unique)
-    yield c
-    c.cleanup()
 
 
 def leaf_of(layout: dict[str, list[str]]) -> dict[str, str]:

@@ -4,26 +4,10 @@ event saying why."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from controlplane.harness import ControlPlane
-from placement_live import Cluster, kwok_running, wait_for
+from placement_live import Cluster, wait_for
 
 pytestmark = pytest.mark.apiserver
-
-
-@pytest.fixture(scope="module")
-def kwok(apiserver: ControlPlane) -> Iterator[None]:
-    with kwok_running(apiserver):
-        yield
-
-
-@pytest.fixture
-def cluster(apiserver: ControlPlane, kwok: None, unique: str) -> Iterator[Cluster]:
-    c = Cluster(apiserver, unique)
-    yield c
-    c.cleanup()
 
 
 def leaves_used(layout: dict[str, list[str]], placement: dict[str, str]) -> set[str]:

@@ -28,30 +28,18 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from controlplane.harness import ControlPlane, running  # noqa: E402
 from fabric_net import MGMT_GATEWAY, FabricNet  # noqa: E402 - sibling module
-from placement_live import kwok_running  # noqa: E402
+from placement_live import kwok_running, wait_for  # noqa: E402
 from realparts import free_port  # noqa: E402
 
 NS = "hypertopo-system"
 GANG_NS = "lab"
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 class FabricLab:

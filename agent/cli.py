@@ -121,6 +121,14 @@ def _add_probe_flags(parser: argparse.ArgumentParser) -> None:
         help="probe: listen this long for LLDP frames before reporting neighbours "
         "(needs CAP_NET_RAW; default 0 = do not listen). run: ignored, it always listens",
     )
+    group.add_argument(
+        "--lldpd-socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also read LLDP neighbours from a host lldpd through its control socket mounted into the "
+        "pod (e.g. /run/lldpd.socket; via `lldpcli -f json0`), for NICs whose firmware consumes LLDP",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -222,6 +230,7 @@ def _collect_config(args: argparse.Namespace, node_name: str) -> CollectConfig:
         nvml=args.nvml,
         interfaces=args.interfaces,
         lldp_wait=args.lldp_wait,
+        lldpd_socket=args.lldpd_socket,
     )
 
 

@@ -50,6 +50,8 @@ class CollectConfig:
     nvml: str = "auto"
     interfaces: re.Pattern[str] | None = None
     lldp_wait: float = 0.0
+    lldpd_socket: Path | None = None  # a host lldpd's control socket, read as a second LLDP source
+    lldpcli: str = "lldpcli"
 
     def __post_init__(self) -> None:
         check_nvml_mode(self.nvml)
@@ -223,7 +225,32 @@ class Prober:
         # Neighbours of links that lost carrier are held: where a cut cable was plugged stays known.
         down = net.links_down(self._last_links, interfaces)
         result: ProbeResult[Any] = self.neighbour_table().snapshot(self._clock(), links_down=down)
-        return result
+        if self.config.lldpd_socket is None:
+            return result
+        return merge_lldpd(result, self._read_lldpd(), self.config.interfaces)
+
+    def _read_lldpd(self) -> ProbeResult[Any]:
+        from agent.adapters.lldpd_socket import LldpdReader
+
+        reader = LldpdReader(self.config.lldpd_socket or Path(), lldpcli=self.config.lldpcli)
+        return reader.probe()
+
+
+def merge_lldpd(
+    raw: ProbeResult[Any], lldpd: ProbeResult[Any], include: re.Pattern[str] | None
+) -> ProbeResult[Any]:
+    """Neighbours heard on the raw sockets plus those the host lldpd knows (NICs whose firmware
+    consumes LLDP never pass frames to the kernel, but a host lldpd may still see them through
+    the driver). An lldpd that cannot be read degrades the component with the reason; it never hides
+what the raw sockets saw."""
+    seen = {(n.interface, n.chassis_id, n.port_id): n for n in raw.value or ()}
+    for n in lldpd.value or ():
+        if include is None or include.search(n.interface):
+            seen.setdefault((n.interface, n.chassis_id, n.port_id), n)
+    neighbours = tuple(seen[key] for key in sorted(seen))
+    if lldpd.health.state is not Health.OK:  # asked for, so a missing socket is worth saying
+        return ProbeResult(neighbours, ComponentHealth(Health.DEGRADED, f"host lldpd: {lldpd.health.reason}"))
+    return ProbeResult(neighbours, raw.health)
 
 
 def failed_components(report: NodeReport) -> list[str]:

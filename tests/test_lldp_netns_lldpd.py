@@ -269,3 +269,28 @@ def test_real_malformed_frames_on_the_wire_are_rejected_and_the_listener_carries
         assert listener.proc.poll() is None
     finally:
         listener.close()
+
+
+def test_agent_probe_reads_the_host_lldpd_through_its_socket(running: Fabric) -> None:
+    """`hypertopo-agent probe --lldpd-socket`: the neighbour a host lldpd heard reaches the report."""
+    fab = running
+    assert _wait_until(lambda: _sees(fab, "host", SWITCH_NAME), 10), fab.logs()
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "probe", "--format=json", "--nvml=off", f"--lldpd-socket={fab.sock('host')}",
+         f"--interfaces=^{HOST_PORT}$"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    spec = json.loads(proc.stdout)["spec"]
+    assert [(n["interface"], n["systemName"]) for n in spec["lldp"]] == [(HOST_PORT, SWITCH_NAME)]
+    assert spec["health"]["lldp"]["state"] == "ok"
+
+
+def test_agent_probe_says_why_when_the_host_lldpd_socket_is_missing(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "probe", "--format=json", "--nvml=off", f"--lldpd-socket={tmp_path / 'none.sock'}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # degraded is not a failed probe
+    lldp = json.loads(proc.stdout)["spec"]["health"]["lldp"]
+    assert lldp == {"state": "degraded", "reason": f"host lldpd: no lldpd socket at {tmp_path / 'none.sock'}"}

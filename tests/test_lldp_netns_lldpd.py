@@ -274,6 +274,8 @@ def test_real_malformed_frames_on_the_wire_are_rejected_and_the_listener_carries
 def test_agent_probe_reads_the_host_lldpd_through_its_socket(running: Fabric) -> None:
     """`hypertopo-agent probe --lldpd-socket`: the neighbour a host lldpd heard reaches the report."""
     fab = running
+    if "switch" not in fab.processes:  # an earlier test shut the switch down to watch it leave
+        fab.start_lldpd("switch", fab.switch_ns, SWITCH_PORT, SWITCH_NAME)
     assert _wait_until(lambda: _sees(fab, "host", SWITCH_NAME), 10), fab.logs()
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "probe", "--format=json", "--nvml=off", f"--lldpd-socket={fab.sock('host')}",
@@ -282,7 +284,8 @@ def test_agent_probe_reads_the_host_lldpd_through_its_socket(running: Fabric) ->
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     spec = json.loads(proc.stdout)["spec"]
-    assert [(n["interface"], n["systemName"]) for n in spec["lldp"]] == [(HOST_PORT, SWITCH_NAME)]
+    # lldpd may also still hold neighbours from frames an earlier test replayed on this link.
+    assert (HOST_PORT, SWITCH_NAME) in [(n["interface"], n.get("systemName")) for n in spec["lldp"]]
     assert spec["health"]["lldp"]["state"] == "ok"
 
 

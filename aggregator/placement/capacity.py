@@ -59,7 +59,16 @@ def _count(have: Resources, want: Resources) -> int:
     return max(fits, 0)
 
 
-def _blocked(topology: Topology, excluded_domains: frozenset[str]) -> frozenset[str]:
+def usable_nodes(topology: Topology, free: Mapping[str, Resources], *,
+                 excluded_nodes: frozenset[str] = frozenset(),
+                 excluded_domains: frozenset[str] = frozenset()) -> list[str]:
+    """The nodes a placement may use, sorted: not excluded, and not under an unusable or excluded
+    HyperNode (the one rule every policy shares)."""
+    blocked = blocked_domains(topology, excluded_domains)
+    return sorted(n for n in free if n not in excluded_nodes and topology.node_leaf.get(n) not in blocked)
+
+
+def blocked_domains(topology: Topology, excluded_domains: frozenset[str]) -> frozenset[str]:
     if not excluded_domains:
         return frozenset(d for d, ok in topology.usable.items() if not ok)
     return frozenset(d for d, chain in topology.chains.items()
@@ -70,7 +79,7 @@ def measure(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
             excluded_nodes: frozenset[str] = frozenset(),
             excluded_domains: frozenset[str] = frozenset()) -> Capacity:
     """Count, bottom-up, the gang's pods every node/leaf/domain can hold."""
-    blocked = _blocked(topology, excluded_domains)
+    blocked = blocked_domains(topology, excluded_domains)
     node_cap: dict[str, int] = {}
     requests = sorted(p.request for p in gang.pods)
     shape = requests[0] if gang.homogeneous and requests else None

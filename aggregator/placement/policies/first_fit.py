@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from aggregator.placement.capacity import usable_nodes
 from aggregator.placement.core import describe
 from aggregator.placement.gang import Gang, Placement, Unplaceable
 from aggregator.placement.resources import Resources
@@ -15,9 +16,7 @@ from aggregator.placement.topology import Topology
 def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
           excluded_nodes: frozenset[str] = frozenset(),
           excluded_domains: frozenset[str] = frozenset()) -> Placement:
-    blocked = {d for d, chain in topology.chains.items()
-               if not topology.usable[d] or any(up in excluded_domains for up in chain)}
-    nodes = sorted(n for n in free if n not in excluded_nodes and topology.node_leaf.get(n) not in blocked)
+    nodes = usable_nodes(topology, free, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
     left = {n: free[n] for n in nodes}
     out: dict[str, str] = {}
     start = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from aggregator.placement.capacity import blocked_domains, usable_nodes
 from aggregator.placement.core import describe, resolve_limit, tier_order
 from aggregator.placement.gang import ROOT, Gang, Placement, Unplaceable
 from aggregator.placement.resources import Resources
@@ -42,9 +43,8 @@ def _score(out: Mapping[str, str], free: Mapping[str, Resources], gang: Gang) ->
 def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
           excluded_nodes: frozenset[str] = frozenset(),
           excluded_domains: frozenset[str] = frozenset()) -> Placement:
-    blocked = {d for d, chain in topology.chains.items()
-               if not topology.usable[d] or any(up in excluded_domains for up in chain)}
-    usable = sorted(n for n in free if n not in excluded_nodes and topology.node_leaf.get(n) not in blocked)
+    blocked = blocked_domains(topology, excluded_domains)
+    usable = usable_nodes(topology, free, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
     limit, problem = resolve_limit(topology, gang)
     if problem:
         return Placement({}, failure=Unplaceable(problem, gang.required))

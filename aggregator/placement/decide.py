@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import core
-from aggregator.placement.gang import Gang, Mode, Placement, PodSpec, limits_from_annotations
+from aggregator.placement import core, nested, subgroups, volcano
+from aggregator.placement.gang import Gang, Mode, Placement, PodSpec, Unplaceable, limits_from_annotations
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.resources import pod_request
 from aggregator.placement.state import FABRIC_TAINT, ClusterState, PodKey, pod_key
@@ -93,23 +93,40 @@ def _spec_name(key: PodKey) -> str:
     return f"{key[0]}/{key[1]}"
 
 
-def core_gang(view: GangView, usable_anchor: Mapping[PodKey, str]) -> Gang:
-    """The core's Gang: pending pods to place, at least enough to reach minMember with those placed,
-    and the placed members as anchors (re-placement stays close to the rest of the gang)."""
+def gang_limits(view: GangView) -> volcano.Topology:
+    """The gang's topology limits: a Volcano PodGroup's `spec.networkTopology` when it has one,
+    else Volcano's annotations (PodGroup, Job or pod). A gang of one without any is soft."""
+    from_spec = volcano.network_topology(volcano.spec(view.podgroup).get("networkTopology")) if view.is_volcano else None
+    if from_spec is not None:
+        return from_spec
     mode, tier, tier_name = limits_from_annotations(view.annotations)
     if not view.is_group and not view.annotations.get("volcano.sh/network-topology-mode"):
         mode = Mode.SOFT
+    return volcano.Topology(mode, tier, tier_name)
+
+
+def core_gang(view: GangView, usable_anchor: Mapping[PodKey, str]) -> Gang:
+    """The core's Gang: pending pods to place, at least enough to reach minMember with those placed,
+    and the placed members as anchors (re-placement stays close to the rest of the gang)."""
+    limits = gang_limits(view)
     pods = tuple(PodSpec(_spec_name(pod_key(p)), pod_request(p)) for p in view.pending)
     required = max(1, view.min_member - len(view.placed))
     return Gang(
         name=_spec_name(view.key),
         pods=pods,
         min_member=min(required, len(pods)),
-        mode=mode,
-        highest_tier=tier,
-        highest_tier_name=tier_name,
+        mode=limits.mode,
+        highest_tier=limits.highest_tier,
+        highest_tier_name=limits.highest_tier_name,
         running={_spec_name(k): n for k, n in usable_anchor.items()},
     )
+
+
+def subgroup_policies(view: GangView) -> tuple[subgroups.Policy, ...]:
+    """Volcano's `spec.subGroupPolicy`, or hypertopo's annotations on other gangs (SubGroupError)."""
+    if view.is_volcano:
+        return subgroups.from_volcano(view.podgroup)
+    return subgroups.from_annotations(view.annotations) if view.is_group else ()
 
 
 def decide(
@@ -125,12 +142,71 @@ def decide(
     blocked_nodes = frozenset(excluded)
     anchors = {k: n for k, n in view.placed.items() if n not in blocked_nodes and _domain_ok(topology, n, excluded_domains)}
     gang = core_gang(view, anchors)
-    placement = core.place(topology, state.free(), gang, excluded_nodes=blocked_nodes, excluded_domains=excluded_domains)
+    try:
+        policies = subgroup_policies(view)
+    except subgroups.SubGroupError as exc:
+        return Decision(view, {}, None, reason=f"invalid sub-group policy: {exc}")
+    if policies:
+        placement = _place_subgroups(topology, state, view, gang, policies, anchors, blocked_nodes, excluded_domains)
+    else:
+        placement = core.place(topology, state.free(), gang, excluded_nodes=blocked_nodes,
+                               excluded_domains=excluded_domains)
+        placement = _with_task_minimums(topology, state, view, gang, placement, blocked_nodes, excluded_domains)
     if placement.ok and placement.assignments:
         by_name = {_spec_name(pod_key(p)): pod_key(p) for p in view.pending}
         return Decision(view, {by_name[name]: node for name, node in placement.assignments.items()}, placement)
     message = placement.failure.message if placement.failure else "no node fits"
     return Decision(view, {}, placement, reason=_kube_style(len(state.nodes), excluded, message))
+
+
+def _place_subgroups(topology: Topology, state: ClusterState, view: GangView, gang: Gang,
+                     policies: tuple[subgroups.Policy, ...], anchors: Mapping[PodKey, str],
+                     blocked: frozenset[str], excluded_domains: frozenset[str]) -> Placement:
+    """Splits the gang into its sub-groups (`subgroups.partition`) and places them (`nested`)."""
+    try:
+        groups, loose = subgroups.partition(policies, view.members)
+    except subgroups.SubGroupError as exc:
+        return Placement({}, failure=Unplaceable(f"invalid sub-group policy: {exc}", gang.required))
+    specs = {p.name: p for p in gang.pods}
+
+    def part_gang(name: str, pods: Iterable[Mapping[str, Any]], limits: volcano.Topology | None) -> Gang:
+        keys = [pod_key(p) for p in pods]
+        limits = limits or volcano.Topology(Mode.SOFT)
+        return Gang(name=name, pods=tuple(specs[_spec_name(k)] for k in keys if _spec_name(k) in specs),
+                    mode=limits.mode, highest_tier=limits.highest_tier, highest_tier_name=limits.highest_tier_name,
+                    running={_spec_name(k): anchors[k] for k in keys if k in anchors})
+
+    parts = [nested.Part(g.name, part_gang(f"{gang.name}/{g.name}", g.pods, g.policy.topology)) for g in groups]
+    rest = part_gang(gang.name, loose, None) if loose else None
+    if rest is not None:
+        rest = Gang(rest.name, rest.pods, mode=gang.mode, highest_tier=gang.highest_tier,
+                    highest_tier_name=gang.highest_tier_name, running=rest.running)
+    return nested.place(topology, state.free(), gang, parts, rest, required_parts=subgroups.required_subgroups(groups),
+                        excluded_nodes=blocked, excluded_domains=excluded_domains)
+
+
+def _with_task_minimums(topology: Topology, state: ClusterState, view: GangView, gang: Gang, placement: Placement,
+                        blocked: frozenset[str], excluded_domains: frozenset[str]) -> Placement:
+    """Volcano's minTaskMember: each task needs its own minimum among the scheduled pods. When a
+    partial placement (minMember below the gang's size) leaves a task short, the whole gang is
+    placed instead; when even that cannot satisfy it, the gang does not fit."""
+    if not view.is_volcano or not placement.ok or not volcano.min_task_member(view.podgroup):
+        return placement
+    by_name = {_spec_name(pod_key(p)): p for p in view.members}
+
+    def short(assignments: Mapping[str, str]) -> dict[str, tuple[int, int]]:
+        scheduled = [p for name, p in by_name.items() if name in assignments or pod_key(p) in view.placed]
+        return volcano.task_shortfall(view.podgroup, scheduled)
+
+    if not short(placement.assignments):
+        return placement
+    whole = Gang(gang.name, gang.pods, None, gang.mode, gang.highest_tier, gang.highest_tier_name, gang.running)
+    retry = core.place(topology, state.free(), whole, excluded_nodes=blocked, excluded_domains=excluded_domains)
+    missing = short(retry.assignments) if retry.ok else short({})
+    if retry.ok and not missing:
+        return retry
+    detail = ", ".join(f"task {t or '(none)'} has {have} of minTaskMember {need}" for t, (have, need) in missing.items())
+    return Placement({}, failure=Unplaceable(f"gang {gang.name}: minTaskMember not met: {detail}", gang.required))
 
 
 def _domain_ok(topology: Topology, node: str, excluded_domains: frozenset[str]) -> bool:

@@ -1,6 +1,7 @@
 """Gangs as the live scheduler finds them in the cluster: pods labelled
-`scheduling.x-k8s.io/pod-group: NAME` plus their PodGroup (scheduler-plugins coscheduling), and
-the PodGroup status the scheduler writes back.
+`scheduling.x-k8s.io/pod-group: NAME` plus their PodGroup (scheduler-plugins coscheduling), or
+annotated `scheduling.k8s.io/group-name: NAME` plus their Volcano PodGroup, and the
+scheduler-plugins PodGroup status the scheduler writes back (Volcano's is `volcano.py`).
 
 Why pods and PodGroup are read together: minMember and scheduleTimeoutSeconds live on the
 PodGroup, the topology limits and the fault policy may sit on either (PodGroup first, then the
@@ -14,7 +15,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement.state import GANG_LABEL, ClusterState, PodKey, gang_key, is_finished, pod_key
+from aggregator.placement.state import (
+    GANG_LABEL,
+    SINGLE,
+    VOLCANO,
+    ClusterState,
+    PodKey,
+    gang_key,
+    gang_ref,
+    is_finished,
+    pod_key,
+)
 
 __all__ = ["GANG_LABEL", "GangView", "collect", "gang_key", "gangs_on_nodes", "group_status", "status_patch"]
 FAULT_ANNOTATION = "hypertopo.io/on-fabric-fault"
@@ -31,11 +42,16 @@ class GangView:
     pending: tuple[Mapping[str, Any], ...]  # our members that need a node now
     placed: Mapping[PodKey, str]  # member -> node (bound or assumed)
     min_member: int
-    annotations: Mapping[str, str]  # PodGroup annotations over the first pod's
+    annotations: Mapping[str, str]  # PodGroup (and owning Volcano Job) annotations over the first pod's
+    flavour: str = SINGLE  # state.XK8S, state.VOLCANO or state.SINGLE
 
     @property
     def is_group(self) -> bool:
-        return self.podgroup is not None or GANG_LABEL in _labels(self.members[0] if self.members else {})
+        return self.flavour != SINGLE
+
+    @property
+    def is_volcano(self) -> bool:
+        return self.flavour == VOLCANO
 
     @property
     def fault_policy(self) -> str:
@@ -77,7 +93,7 @@ def collect(state: ClusterState, *, only_pending: bool = True) -> list[GangView]
         pods = [state.pods[k] for k in state.gangs.get(key, {}) if k in state.pods]
         live = [p for p in pods if _live(p)]
         if live:
-            views.append(_view(state, key, gang_key(live[0])[1], live, state.pending_keys))
+            views.append(_view(state, key, gang_ref(live[0])[1], live, state.pending_keys))
     views.sort(key=lambda v: (min(_created(p) for p in v.members), v.key))
     return views
 
@@ -86,12 +102,12 @@ def _created(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("creationTimestamp", ""))
 
 
-def _view(state: ClusterState, key: PodKey, is_group: bool, pods: list[dict[str, Any]], pending: set[PodKey]) -> GangView:
+def _view(state: ClusterState, key: PodKey, flavour: str, pods: list[dict[str, Any]], pending: set[PodKey]) -> GangView:
     pods = sorted(pods, key=lambda p: pod_key(p))
-    podgroup = state.podgroups.get(key) if is_group else None
+    podgroup = state.podgroup_of(key, flavour)
     placed = {pod_key(p): n for p in pods if (n := state.node_of(pod_key(p))) is not None}
-    min_member = len(pods) if not is_group else _min_member(podgroup, len(pods))
-    annotations = {**_annotations(pods[0]), **_annotations(podgroup)}
+    min_member = len(pods) if flavour == SINGLE else _min_member(podgroup, len(pods))
+    annotations = {**_annotations(pods[0]), **_annotations(_owner_job(state, podgroup or pods[0])), **_annotations(podgroup)}
     return GangView(
         key=key,
         podgroup=podgroup,
@@ -100,7 +116,16 @@ def _view(state: ClusterState, key: PodKey, is_group: bool, pods: list[dict[str,
         placed=placed,
         min_member=min_member,
         annotations=annotations,
+        flavour=flavour,
     )
+
+
+def _owner_job(state: ClusterState, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Volcano Job controlling a PodGroup or pod (its annotations count for the gang)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch.volcano.sh/"):
+            return state.vc_jobs.get((pod_key(obj)[0], str(ref.get("name", ""))))
+    return None
 
 
 def _min_member(podgroup: Mapping[str, Any] | None, count: int) -> int:
@@ -112,8 +137,22 @@ def _min_member(podgroup: Mapping[str, Any] | None, count: int) -> int:
 
 
 def gangs_on_nodes(state: ClusterState, nodes: set[str]) -> list[GangView]:
-    """Every gang of ours with a live member bound (or assumed) on one of `nodes`."""
-    return [g for g in collect(state, only_pending=False) if any(n in nodes for n in g.placed.values())]
+    """Every gang with a live member bound (or assumed) on one of `nodes`, whichever scheduler
+    placed it: fault handling is opt-in per gang (its annotation), not per scheduler."""
+    refs: dict[PodKey, str] = {}
+    for node in nodes:
+        for key in state.on_node.get(node, ()):
+            pod = state.pods.get(key)
+            if pod is not None:
+                gang, flavour = gang_ref(pod)
+                refs.setdefault(gang if flavour != SINGLE else key, flavour)
+    views = []
+    for gang, flavour in sorted(refs.items()):
+        keys = state.members.get(gang, {}) if flavour != SINGLE else {gang: True}
+        live = [p for k in keys if (p := state.pods.get(k)) is not None and _live(p)]
+        if live:
+            views.append(_view(state, gang, flavour, live, state.pending_keys))
+    return views
 
 
 def group_status(podgroup: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], scheduled: int) -> dict[str, Any]:

@@ -5,10 +5,12 @@ HyperNode whose Ready condition is False for a reason nothing more precise expla
 `failed_nodes`). Ready=Unknown means the agent behind it went stale, which
 alone is no proof of a fault: it counts only once it has lasted the grace period.
 
-Each affected gang follows its `hypertopo.io/on-fabric-fault` annotation: `restart-pods` evicts
-only its pods on failed nodes (their replacements are re-placed next to the rest of the gang),
-`restart-gang` evicts all its pods, `none` (the default) leaves it alone. Pure: the eviction
-itself (Eviction API, rate limit, retries) is `eviction.py`.
+Each affected gang, whichever scheduler placed it, follows its `hypertopo.io/on-fabric-fault`
+annotation (on the pods, the PodGroup or the Volcano Job): `restart-pods` evicts only its pods on
+failed nodes (their owner recreates them and a scheduler re-places them away from the fault),
+`restart-gang` evicts all its pods (or, for a Volcano Job, asks Volcano to restart the Job),
+`none` (the default) leaves it alone. Pure: the eviction itself (Eviction API, rate limit,
+retries) is `eviction.py`.
 """
 
 from __future__ import annotations
@@ -98,14 +100,55 @@ def failed_nodes(state: ClusterState, topology: Topology, failed_domains: Mappin
     return failed
 
 
-def plan(gangs: Iterable[GangView], failed: Mapping[str, str]) -> list[Eviction]:
+@dataclass(frozen=True)
+class JobRestart:
+    """`restart-gang` of a gang owned by a Volcano Job: the job controller restarts the Job (a
+    `RestartJob` Command), which also recreates every pod, instead of evicting them one by one."""
+
+    job: PodKey
+    gang: PodKey
+    reason: str
+
+
+def _hit(gang: GangView, failed: Mapping[str, str]) -> list[str]:
+    return [n for n in gang.placed.values() if n in failed]
+
+
+def job_restarts(gangs: Iterable[GangView], failed: Mapping[str, str], jobs: Mapping[PodKey, Any]) -> list[JobRestart]:
+    """The Volcano Jobs to restart: `restart-gang` gangs whose PodGroup (or pods) a known Job owns."""
+    out = []
+    for gang in gangs:
+        job = owning_job(gang, jobs)
+        hit = _hit(gang, failed)
+        if gang.fault_policy == "restart-gang" and job is not None and hit:
+            out.append(JobRestart(job, gang.key, f"gang {gang.key[1]} restarts: {failed[hit[0]]}"))
+    return out
+
+
+def owning_job(gang: GangView, jobs: Mapping[PodKey, Any]) -> PodKey | None:
+    """The Volcano Job that owns the gang, when the scheduler has seen it."""
+    if not gang.is_volcano:
+        return None
+    for obj in (gang.podgroup, *gang.members[:1]):
+        for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch.volcano.sh/"):
+                key = (gang.key[0], str(ref.get("name", "")))
+                if key in jobs:
+                    return key
+    return None
+
+
+def plan(gangs: Iterable[GangView], failed: Mapping[str, str], jobs: Mapping[PodKey, Any] | None = None) -> list[Eviction]:
     """The pods to evict under each gang's policy (bound pods only: an assumed pod's bind is in
-    flight and is looked at again once it lands)."""
+    flight and is looked at again once it lands). A `restart-gang` gang of a known Volcano Job is
+    left to `job_restarts`."""
     evictions: list[Eviction] = []
     for gang in gangs:
         policy = gang.fault_policy
-        hit = [n for n in gang.placed.values() if n in failed]
+        hit = _hit(gang, failed)
         if policy == "none" or not hit:
+            continue
+        if policy == "restart-gang" and owning_job(gang, jobs or {}) is not None:
             continue
         for pod in gang.members:
             meta, node = pod.get("metadata") or {}, (pod.get("spec") or {}).get("nodeName")

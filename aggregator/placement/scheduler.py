@@ -1,14 +1,19 @@
 """`hypertopo-scheduler run`: the live scheduler.
 
-List+watch Nodes, Pods, HyperNodes and PodGroups into one `ClusterState`, owned by one loop
-thread; informer, bind, eviction and event threads only talk to it through a queue, so every
-decision sees every earlier decision (assumed pods are charged at once: no double booking).
+List+watch Nodes, Pods, HyperNodes, PodGroups (scheduler-plugins' and Volcano's), Volcano Queues
+and Jobs into one `ClusterState`, owned by one loop thread; informer, bind, eviction and event
+threads only talk to it through a queue, so every decision sees every earlier decision (assumed
+pods are charged at once: no double booking). Kinds whose CRD is not installed count as empty.
 
-Each cycle: rebuild the HyperNode index if it changed; find fabric faults and queue the evictions
-each affected gang's `hypertopo.io/on-fabric-fault` policy asks for; place every gang that has
-pending pods (waiting until minMember pods exist) through `decide` (the placement core) and bind
-it all or nothing (`binder`); write FailedScheduling events for gangs that do not fit, and PodGroup
-status. Leader election is not done here: run one replica (or one per scheduler name).
+Each cycle: rebuild the HyperNode index if it changed; find fabric faults and act on every gang
+there, whoever placed it, as its `hypertopo.io/on-fabric-fault` policy asks (evictions, or a
+Volcano `RestartJob` Command); move our Volcano PodGroups from Pending to Inqueue when their queue
+is open and their minResources fit (Volcano's job controller creates a Job's pods only then);
+place every gang that has pending pods (waiting until minMember pods exist) through `decide` (the
+placement core) and bind it all or nothing (`binder`); write FailedScheduling events and
+conditions for gangs that do not fit, and PodGroup status. With `remediate_only` it does the
+fault handling alone (for clusters that place pods with vc-scheduler). Leader election is not
+done here: run one replica (or one per scheduler name).
 """
 
 from __future__ import annotations
@@ -27,15 +32,17 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from aggregator.placement import podgroups, rescheduler, topology
+from aggregator.placement import podgroups, rescheduler, topology, volcano
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
 from aggregator.placement.decide import Decision, decide
-from aggregator.placement.events import EventRecorder, rfc3339
+from aggregator.placement.events import EventRecorder
 from aggregator.placement.eviction import EvictionQueue
 from aggregator.placement.podgroups import GangView
-from aggregator.placement.rescheduler import Eviction, FaultTracker
+from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
+from aggregator.placement.resources import Resources
 from aggregator.placement.scheduler_metrics import SchedulerMetrics, serve
 from aggregator.placement.state import ClusterState, PodKey, pod_key
+from aggregator.placement.status_writer import StatusWriter
 
 log = logging.getLogger("hypertopo.scheduler")
 PODGROUP_API = "scheduling.x-k8s.io/v1alpha1"
@@ -54,6 +61,8 @@ class Options:
     gang_wait_event_seconds: float = 10.0  # FailedScheduling for a gang still short of minMember
     watch_timeout: int = 60
     event_repeat_seconds: float = 300.0
+    remediate_only: bool = False  # fault handling only: no binding, no PodGroup status
+    job_restart_hold_seconds: float = 120.0  # a Volcano Job restarted for a fault is not restarted again sooner
 
 
 class Scheduler:
@@ -73,14 +82,15 @@ class Scheduler:
                                        rate=options.eviction_rate, burst=options.eviction_burst,
                                        retry_seconds=options.eviction_retry_seconds, clock=clock)
         # one writer, in order, coalescing per PodGroup: a later status never loses to an earlier one
-        self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
-        self._unwritten: dict[PodKey, dict[str, Any]] = {}
-        self._unwritten_lock = threading.Lock()
+        self.status = StatusWriter(api, lambda target: self._queue.put(("status-failed", target)))
+        self._commands = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commands")
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        sources = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, ""), (kube.PODGROUPS, "")]
+        required = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, "")]
+        optional = [(kube.PODGROUPS, ""), (kube.VC_PODGROUPS, ""), (kube.QUEUES, ""), (kube.VC_JOBS, "")]
         self.informers = [
-            kube.Informer(api, res, self._sink(res.kind), label_selector=sel, watch_timeout=options.watch_timeout)
-            for res, sel in sources
+            kube.Informer(api, res, self._sink(res.kind), label_selector=sel, watch_timeout=options.watch_timeout,
+                          optional=(res, sel) in optional)
+            for res, sel in required + optional
         ]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
@@ -88,10 +98,11 @@ class Scheduler:
         self._topology_gen = -1
         self._scheduled_gen = -1
         self._next_resync = 0.0
+        self._free_total: Resources | None = None
         self._in_flight: set[PodKey] = set()
         self._waiting_since: dict[PodKey, float] = {}
-        self._status_written: dict[PodKey, dict[str, Any]] = {}
         self._failed_nodes: dict[str, str] = {}
+        self._restarted: dict[PodKey, float] = {}  # Volcano Job -> when we asked Volcano to restart it
         self._filter_cache: dict[Any, dict[str, str]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -113,7 +124,8 @@ class Scheduler:
         self._thread.join(timeout=10)
         self.binder.shutdown()
         self.events.shutdown()
-        self._writes.shutdown(wait=True)
+        self.status.shutdown()
+        self._commands.shutdown(wait=True)
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
@@ -148,15 +160,21 @@ class Scheduler:
             kind, event, obj = payload
             if event == "SYNC":
                 self.state.resync(kind, obj)
+            elif event == "ABSENT":  # the kind's CRD is not installed
+                self.state.resync(kind, [])
+                if kind == "Queue":
+                    self.state.queues_known = False
             else:
                 self.state.apply(kind, event, obj)
         elif what == "bound":
             self._bound(payload)
         elif what == "evicted":
             self._evicted(*payload)
+        elif what == "restart-failed":
+            self._restarted.pop(payload, None)
         elif what == "status-failed":
-            self._status_written.pop(payload, None)
-            self.state.dirty_gangs.add(payload)
+            self.status.forget(payload)
+            self.state.dirty_gangs.add(payload[1])
 
     def _cycle(self) -> None:
         now = self.clock()
@@ -171,15 +189,18 @@ class Scheduler:
         failed_domains = self.faults.failed_domains(self.state.hypernodes, now)
         if self._scheduled_gen == self.state.generation and now < self._next_resync and not self.faults.unknown_since:
             return
-        self._fabric_faults(failed_domains)
-        self._schedule(frozenset(rescheduler.own_failures(self._topology, failed_domains)), now)
-        self._write_podgroup_status()
+        self._fabric_faults(failed_domains, now)
+        if not self.options.remediate_only:
+            self._free_total = None
+            self._enqueue_jobs()
+            self._schedule(frozenset(rescheduler.own_failures(self._topology, failed_domains)), now)
+            self.status.write_dirty(self.state, self._in_flight)
         self._scheduled_gen = self.state.generation
         self._next_resync = now + self.options.resync_seconds
         self.metrics.pending.set(len(self.state.pending_keys))
 
     # -- fault-driven rescheduling ------------------------------------------------------------
-    def _fabric_faults(self, failed_domains: Mapping[str, str]) -> None:
+    def _fabric_faults(self, failed_domains: Mapping[str, str], now: float) -> None:
         failed = rescheduler.failed_nodes(self.state, self._topology, failed_domains)
         if failed != self._failed_nodes:
             log.info("fabric-failed nodes: %s", sorted(failed) or "none")
@@ -188,9 +209,28 @@ class Scheduler:
         if not failed:
             return
         affected = podgroups.gangs_on_nodes(self.state, set(failed))
-        for eviction in rescheduler.plan(affected, failed):
+        for eviction in rescheduler.plan(affected, failed, self.state.vc_jobs):
             if self.evictions.offer(eviction):
                 log.info("evicting %s/%s from %s (%s): %s", *eviction.pod, eviction.node, eviction.policy, eviction.reason)
+        for restart in rescheduler.job_restarts(affected, failed, self.state.vc_jobs):
+            if now - self._restarted.get(restart.job, float("-inf")) >= self.options.job_restart_hold_seconds:
+                self._restarted[restart.job] = now
+                self._commands.submit(self._restart_job, restart, self.state.vc_jobs[restart.job])
+
+    def _restart_job(self, restart: JobRestart, job: dict[str, Any]) -> None:
+        """Asks Volcano's job controller to restart a Job (a `RestartJob` Command); from the pool."""
+        from aggregator.placement.adapters import kube
+
+        try:
+            self.api.create(kube.COMMANDS, restart.job[0], volcano.command_restart_job(job, restart.reason))
+        except Exception as exc:
+            log.warning("RestartJob for Volcano Job %s/%s not created (retried later): %s", *restart.job, exc)
+            self._queue.put(("restart-failed", restart.job))
+            return
+        self.metrics.evictions.labels("job_restarted").inc()
+        log.info("asked Volcano to restart Job %s/%s: %s", *restart.job, restart.reason)
+        self.events.record(job, reason="FabricFaultRestart", event_type="Normal", kind="Job",
+                           api_version=volcano.JOB_API_VERSION, message=f"RestartJob ({restart.reason})")
 
     def _evicted(self, eviction: Eviction, outcome: str, detail: str) -> None:
         self.metrics.evictions.labels(outcome).inc()
@@ -202,6 +242,51 @@ class Scheduler:
             self.events.record(pod, reason="EvictionBlocked", message=f"eviction refused, will retry: {detail}")
 
     # -- scheduling ---------------------------------------------------------------------------
+    # -- Volcano PodGroups: admission (Pending -> Inqueue) ------------------------------------
+    def _free_sum(self) -> Resources:
+        """Free capacity of all schedulable nodes together (once per cycle, when asked)."""
+        if self._free_total is None:
+            total = Resources()
+            for name, free in self.state.free().items():
+                if not ((self.state.nodes.get(name) or {}).get("spec") or {}).get("unschedulable"):
+                    total += Resources(max(free.gpus, 0), max(free.cpu_milli, 0), max(free.memory, 0), max(free.pods, 0))
+            self._free_total = total
+        return self._free_total
+
+    def _admit(self, key: PodKey, podgroup: dict[str, Any], pods: tuple[Mapping[str, Any], ...] = ()) -> bool:
+        """Moves a Pending Volcano PodGroup to Inqueue when its queue is open and its minResources
+        fit; else says why (condition, event). True when the group is admitted."""
+        if volcano.phase(podgroup) != "Pending":
+            return True
+        queues = self.state.queues if self.state.queues_known else None
+        problem = volcano.enqueue_problem(podgroup, queues, self._free_sum())
+        if problem:
+            self._unschedulable_group(key, podgroup, pods, f"PodGroup {key[1]} not admitted: {problem}", "NotEnqueued")
+            return False
+        log.info("Volcano PodGroup %s/%s: Pending -> Inqueue (queue %s)", *key, volcano.queue_name(podgroup))
+        self.status.set_volcano(key, podgroup, {"phase": "Inqueue"})
+        return True
+
+    def _enqueue_jobs(self) -> None:
+        """Admits the Pending PodGroups of Volcano Jobs that name this scheduler: they have no pods
+        yet (the job controller creates them once the group is Inqueue)."""
+        for key, podgroup in self.state.vc_podgroups.items():
+            if volcano.phase(podgroup) != "Pending" or key in self.state.gangs:
+                continue
+            job_name = volcano.owner_job(podgroup)
+            job = self.state.vc_jobs.get((key[0], job_name)) if job_name else None
+            if volcano.job_scheduler(job) == self.options.scheduler_name:
+                self._admit(key, podgroup)
+
+    def _unschedulable_group(self, key: PodKey, podgroup: dict[str, Any], pods: tuple[Mapping[str, Any], ...],
+                             message: str, reason: str = "NotEnoughResources") -> None:
+        for pod in pods:
+            self.events.record(pod, reason="FailedScheduling", message=message)
+        self.events.record(podgroup, reason="Unschedulable", message=message, kind="PodGroup",
+                           api_version=volcano.API_VERSION)
+        self.status.condition(key, podgroup, volcano.UNSCHEDULABLE, reason, message)
+
+    # -- scheduling ---------------------------------------------------------------------------
     def _schedule(self, excluded_domains: frozenset[str], now: float) -> None:
         for view in podgroups.collect(self.state):
             if view.key in self._in_flight:
@@ -209,6 +294,14 @@ class Scheduler:
             if view.min_member < 0 or view.missing > 0:
                 self._wait(view, now)
                 continue
+            vc_group = self.state.vc_podgroups.get(view.key) if view.is_volcano else None
+            if vc_group is not None:
+                short = volcano.task_shortfall(vc_group, view.members)
+                if short:
+                    self._wait(view, now, ", ".join(f"task {t} has {h} of minTaskMember {n} pods" for t, (h, n) in short.items()))
+                    continue
+                if not self._admit(view.key, vc_group, view.pending):
+                    continue
             self._waiting_since.pop(view.key, None)
             started = time.perf_counter()
             decision = decide(self.state, self._topology, view, excluded_domains=excluded_domains,
@@ -219,13 +312,15 @@ class Scheduler:
             else:
                 self._unschedulable(view, decision.reason)
 
-    def _wait(self, view: GangView, now: float) -> None:
+    def _wait(self, view: GangView, now: float, shortfall: str = "") -> None:
         """A gang short of members (or without its PodGroup) waits; after a while it says so."""
         since = self._waiting_since.setdefault(view.key, now)
         limit = view.timeout_seconds if view.timeout_seconds is not None else self.options.gang_wait_event_seconds
         if now - since < min(limit, self.options.gang_wait_event_seconds):
             return
-        if view.min_member < 0:
+        if shortfall:
+            why = f"pod group {view.key[1]} waits for pods: {shortfall}"
+        elif view.min_member < 0:
             why = f"pod group {view.key[1]} not found"
         else:
             why = (f"pod group {view.key[1]} has {len(view.members)} pods, minMember is {view.min_member}: "
@@ -246,6 +341,11 @@ class Scheduler:
         self._in_flight.add(view.key)
         self.metrics.decisions.labels("scheduled").inc()
         placement = decision.placement
+        vc_group = self.state.vc_podgroups.get(view.key) if view.is_volcano else None
+        if vc_group is not None:
+            where = f"{placement.domain} (tier {placement.tier})" if placement else "?"
+            self.status.condition(view.key, vc_group, volcano.SCHEDULED, "tasks in gang are ready to be scheduled",
+                                  f"{len(items)} pods placed in {where}")
         log.info("gang %s/%s: %d pods -> %s (tier %s, %s leaves)", *view.key, len(items),
                  placement.domain if placement else "?", placement.tier if placement else "?",
                  placement.leaves if placement else "?")
@@ -253,6 +353,10 @@ class Scheduler:
 
     def _unschedulable(self, view: GangView, reason: str) -> None:
         self.metrics.decisions.labels("unschedulable").inc()
+        vc_group = self.state.vc_podgroups.get(view.key) if view.is_volcano else None
+        if vc_group is not None:
+            self._unschedulable_group(view.key, vc_group, view.pending, reason)
+            return
         for pod in view.pending:
             self.events.record(pod, reason="FailedScheduling", message=reason)
         if view.podgroup is not None:
@@ -281,48 +385,10 @@ class Scheduler:
         if podgroup is not None:
             self.events.record(podgroup, reason="FailedScheduling", message=message, kind="PodGroup",
                                api_version=PODGROUP_API)
-
-    # -- PodGroup status ----------------------------------------------------------------------
-    def _write_podgroup_status(self) -> None:
-        """Writes status for the PodGroups whose pods changed (a gang being bound waits: one write)."""
-        dirty, self.state.dirty_gangs = self.state.dirty_gangs, set()
-        for key in dirty:
-            podgroup = self.state.podgroups.get(key)
-            if podgroup is None:
-                continue
-            if key in self._in_flight:
-                self.state.dirty_gangs.add(key)
-                continue
-            pods = podgroups.members_of(self.state, key)
-            scheduled = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
-            wanted = podgroups.group_status(podgroup, pods, scheduled)
-            if self._status_written.get(key) == wanted or not pods:
-                continue
-            patch = podgroups.status_patch(podgroup, wanted, rfc3339())
-            self._status_written[key] = wanted
-            if patch:
-                self._queue_status(key, patch["status"])
-
-    def _queue_status(self, key: PodKey, status: dict[str, Any]) -> None:
-        with self._unwritten_lock:
-            queued = key in self._unwritten
-            self._unwritten[key] = {**self._unwritten.get(key, {}), **status}
-        if not queued:
-            self._writes.submit(self._patch_status, key)
-
-    def _patch_status(self, key: PodKey) -> None:
-        from aggregator.placement.adapters import kube
-
-        with self._unwritten_lock:
-            status = self._unwritten.pop(key, None)
-        if not status:
-            return
-        try:
-            self.api.patch_status(kube.PODGROUPS, key[0], key[1], {"status": status})
-        except Exception as exc:
-            log.warning("PodGroup %s/%s status not written (retried on the next cycle): %s", *key, exc)
-            self._queue.put(("status-failed", key))
-
+        vc_group = self.state.vc_podgroups.get(outcome.gang)
+        if vc_group is not None:
+            self.events.record(vc_group, reason="FailedScheduling", message=message, kind="PodGroup",
+                               api_version=volcano.API_VERSION)
 
 # -- command line -----------------------------------------------------------------------------
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -337,13 +403,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unknown-grace", type=float, default=d.unknown_grace_seconds,
                         help="seconds a HyperNode may stay Ready=Unknown (stale agent) before it counts as failed")
     parser.add_argument("--resync", type=float, default=d.resync_seconds, help="retry unschedulable gangs every N seconds")
+    parser.add_argument("--remediate-only", action="store_true",
+                        help="only act on fabric faults (evictions, Volcano RestartJob) for gangs that opted in with "
+                             "hypertopo.io/on-fabric-fault, whichever scheduler placed them; bind nothing and write no "
+                             "PodGroup status (for clusters that place pods with vc-scheduler)")
     parser.add_argument("--log-level", default="INFO")
 
 
 def options_from(args: argparse.Namespace) -> Options:
     return Options(scheduler_name=args.scheduler_name, node_selector=args.node_selector, bind_workers=args.bind_workers,
                    eviction_rate=args.eviction_rate, eviction_burst=args.eviction_burst,
-                   unknown_grace_seconds=args.unknown_grace, resync_seconds=args.resync)
+                   unknown_grace_seconds=args.unknown_grace, resync_seconds=args.resync,
+                   remediate_only=args.remediate_only)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -360,7 +431,8 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     scheduler.start()
-    log.info("hypertopo-scheduler %s running; metrics on %s", args.scheduler_name, args.listen)
+    mode = "fault handling only (--remediate-only)" if args.remediate_only else "scheduling and fault handling"
+    log.info("hypertopo-scheduler %s running (%s); metrics on %s", args.scheduler_name, mode, args.listen)
     done.wait()
     scheduler.stop()
     server.shutdown()

@@ -18,8 +18,10 @@ from aggregator.placement.resources import Resources, node_allocatable, pod_requ
 
 PodKey = tuple[str, str]  # (namespace, name)
 FABRIC_TAINT = "hypertopo.io/fabric-unhealthy"
-GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins PodGroup (a pod label)
+VOLCANO_GANG_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano PodGroup (a pod annotation)
 FINISHED = ("Succeeded", "Failed")
+XK8S, VOLCANO, SINGLE = "x-k8s", "volcano", ""
 
 
 def pod_key(pod: Mapping[str, Any]) -> PodKey:
@@ -36,11 +38,24 @@ def is_finished(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in FINISHED
 
 
+def gang_ref(pod: Mapping[str, Any]) -> tuple[PodKey, str]:
+    """The gang a pod belongs to and its flavour: a scheduler-plugins PodGroup (label), a Volcano
+    PodGroup (annotation, as Volcano's job controller writes it) or SINGLE (a gang of one)."""
+    namespace, name = pod_key(pod)
+    meta = pod.get("metadata") or {}
+    group = (meta.get("labels") or {}).get(GANG_LABEL)
+    if group:
+        return (namespace, str(group)), XK8S
+    group = (meta.get("annotations") or {}).get(VOLCANO_GANG_ANNOTATION)
+    if group:
+        return (namespace, str(group)), VOLCANO
+    return (namespace, name), SINGLE
+
+
 def gang_key(pod: Mapping[str, Any]) -> tuple[PodKey, bool]:
     """The gang a pod belongs to and whether it is a named group (else a gang of one)."""
-    namespace, name = pod_key(pod)
-    group = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL)
-    return ((namespace, group), True) if group else ((namespace, name), False)
+    key, flavour = gang_ref(pod)
+    return key, flavour != SINGLE
 
 
 @dataclass
@@ -51,7 +66,11 @@ class ClusterState:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     hypernodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    podgroups: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
+    podgroups: dict[PodKey, dict[str, Any]] = field(default_factory=dict)  # scheduler-plugins
+    vc_podgroups: dict[PodKey, dict[str, Any]] = field(default_factory=dict)  # Volcano
+    vc_jobs: dict[PodKey, dict[str, Any]] = field(default_factory=dict)  # Volcano batch Jobs
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)  # Volcano Queues
+    queues_known: bool = False  # Volcano's Queue CRD answered (else no queue is enforced)
     assumed: dict[PodKey, str] = field(default_factory=dict)
     # generation: bumps on every change that can make an unschedulable gang fit (or stop fitting)
     generation: int = 0
@@ -65,6 +84,10 @@ class ClusterState:
     pending_keys: set[PodKey] = field(default_factory=set)
     dirty_gangs: set[PodKey] = field(default_factory=set)  # gangs whose pods changed (status to write)
     _gang_of: dict[PodKey, PodKey] = field(default_factory=dict)
+    # every pod in a named gang, whoever schedules it (fault handling acts on all of them)
+    members: dict[PodKey, dict[PodKey, bool]] = field(default_factory=dict)
+    _member_of: dict[PodKey, PodKey] = field(default_factory=dict)
+    on_node: dict[str, set[PodKey]] = field(default_factory=dict)  # node -> pods charged there
 
     # -- informer input -----------------------------------------------------------------------
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
@@ -77,19 +100,27 @@ class ClusterState:
         elif kind == "HyperNode":
             _put(self.hypernodes, object_key(obj), obj, deleted)
             self.topology_generation += 1
-        elif kind == "PodGroup":
-            _put(self.podgroups, pod_key(obj), obj, deleted)
+        elif kind in ("PodGroup", "VolcanoPodGroup"):
+            _put(self.podgroups if kind == "PodGroup" else self.vc_podgroups, pod_key(obj), obj, deleted)
             self.dirty_gangs.add(pod_key(obj))
+        elif kind == "Queue":
+            _put(self.queues, object_key(obj), obj, deleted)
+            self.queues_known = True
+        elif kind == "VolcanoJob":
+            _put(self.vc_jobs, pod_key(obj), obj, deleted)
         self.generation += 1
 
     def resync(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
         """A fresh list: objects missing from it were deleted while we were not watching."""
         items = list(items)
         tables: dict[str, dict[Any, dict[str, Any]]] = {
-            "Pod": self.pods, "Node": self.nodes, "HyperNode": self.hypernodes, "PodGroup": self.podgroups
+            "Pod": self.pods, "Node": self.nodes, "HyperNode": self.hypernodes, "PodGroup": self.podgroups,
+            "VolcanoPodGroup": self.vc_podgroups, "Queue": self.queues, "VolcanoJob": self.vc_jobs,
         }
+        if kind == "Queue":
+            self.queues_known = True
         known = list(tables[kind])
-        fresh = {pod_key(o) if kind in ("Pod", "PodGroup") else object_key(o) for o in items}
+        fresh = {object_key(o) if kind in ("Node", "HyperNode", "Queue") else pod_key(o) for o in items}
         for gone in [k for k in known if k not in fresh]:
             self.apply(kind, "DELETED", self._stub(kind, gone))
         for obj in items:
@@ -138,6 +169,11 @@ class ClusterState:
         old = self._charges.pop(key, None)
         if old is not None:
             self._charge(old[0], Resources() - old[1])
+            held = self.on_node.get(old[0])
+            if held is not None:
+                held.discard(key)
+                if not held:
+                    del self.on_node[old[0]]
         pod = self.pods.get(key)
         node = self.node_of(key)
         if pod is None or node is None or is_finished(pod):
@@ -145,6 +181,7 @@ class ClusterState:
         charge = (node, pod_request(pod))
         self._charges[key] = charge
         self._charge(node, charge[1])
+        self.on_node.setdefault(node, set()).add(key)
 
     def _charge(self, node: str, amount: Resources) -> None:
         self._used[node] = used = self._used.get(node, Resources()) + amount
@@ -161,9 +198,19 @@ class ClusterState:
                 del self.gangs[old_gang]
             self.dirty_gangs.add(old_gang)
         self.pending_keys.discard(key)
-        if pod is None or not self.is_ours(pod):
+        old_member = self._member_of.pop(key, None)
+        if old_member is not None:
+            self.members.get(old_member, {}).pop(key, None)
+            if not self.members.get(old_member, True):
+                del self.members[old_member]
+        if pod is None:
             return
-        gang, _ = gang_key(pod)
+        gang, flavour = gang_ref(pod)
+        if flavour != SINGLE:
+            self._member_of[key] = gang
+            self.members.setdefault(gang, {})[key] = True
+        if not self.is_ours(pod):
+            return
         self._gang_of[key] = gang
         self.gangs.setdefault(gang, {})[key] = True
         self.dirty_gangs.add(gang)
@@ -190,6 +237,14 @@ class ClusterState:
         if nodes is None:
             return dict(self._free)
         return {n: self._free[n] for n in nodes if n in self._free}
+
+    def podgroup_of(self, key: PodKey, flavour: str) -> dict[str, Any] | None:
+        """The PodGroup object of a gang of that flavour, when the informers have seen it."""
+        if flavour == XK8S:
+            return self.podgroups.get(key)
+        if flavour == VOLCANO:
+            return self.vc_podgroups.get(key)
+        return None
 
     def is_ours(self, pod: Mapping[str, Any]) -> bool:
         return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name

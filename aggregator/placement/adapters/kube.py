@@ -65,6 +65,10 @@ PODS = Resource("Pod", "/api/v1", "pods", namespaced=True)
 EVENTS = Resource("Event", "/api/v1", "events", namespaced=True)
 HYPERNODES = Resource("HyperNode", "/apis/topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
 PODGROUPS = Resource("PodGroup", "/apis/scheduling.x-k8s.io/v1alpha1", "podgroups", namespaced=True)
+VC_PODGROUPS = Resource("VolcanoPodGroup", "/apis/scheduling.volcano.sh/v1beta1", "podgroups", namespaced=True)
+QUEUES = Resource("Queue", "/apis/scheduling.volcano.sh/v1beta1", "queues", namespaced=False)
+VC_JOBS = Resource("VolcanoJob", "/apis/batch.volcano.sh/v1alpha1", "jobs", namespaced=True)
+COMMANDS = Resource("Command", "/apis/bus.volcano.sh/v1alpha1", "commands", namespaced=True)
 
 
 def load_client(kubeconfig: str | None, *, pool_size: int = 32) -> client.ApiClient:
@@ -215,6 +219,13 @@ class KubeApi:
     def patch_status(self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]) -> None:
         self._json("PATCH", resource.path(namespace, name, "status"), body=dict(patch), content_type=MERGE_PATCH)
 
+    def patch(self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]) -> None:
+        """A merge patch of the object itself (Volcano's PodGroup CRD has no status subresource)."""
+        self._json("PATCH", resource.path(namespace, name), body=dict(patch), content_type=MERGE_PATCH)
+
+    def create(self, resource: Resource, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._json("POST", resource.path(namespace), body=dict(body))
+
 
 def _selectors(label_selector: str, field_selector: str) -> list[tuple[str, Any]]:
     query: list[tuple[str, Any]] = []
@@ -240,11 +251,17 @@ class Informer(threading.Thread):
         field_selector: str = "",
         watch_timeout: int = 60,
         backoff: float = 1.0,
+        optional: bool = False,
+        absent_recheck: float = 30.0,
     ) -> None:
         super().__init__(name=f"informer-{resource.plural}", daemon=True)
         self.api, self.resource, self.sink = api, resource, sink
         self.selectors = {"label_selector": label_selector, "field_selector": field_selector}
         self.watch_timeout, self.backoff = watch_timeout, backoff
+        # optional: the kind's CRD may not be installed (Volcano's, scheduler-plugins'): a 404 on the
+        # list counts as an empty, synced kind, looked for again every `absent_recheck` seconds
+        self.optional, self.absent_recheck = optional, absent_recheck
+        self.absent = False
         self._stop_event = threading.Event()
         self._resp: urllib3.BaseHTTPResponse | None = None
         self.synced = threading.Event()
@@ -267,16 +284,33 @@ class Informer(threading.Thread):
             try:
                 if not rv:
                     items, rv = self.api.list(self.resource, **self.selectors)
+                    if self.absent:
+                        log.info("%s: the API server serves %s now", self.resource.plural, self.resource.prefix)
+                    self.absent = False
                     self.sink("SYNC", items)
                     self.synced.set()
                 rv = self._watch_from(rv)
             except ApiError as exc:
                 if self._stop_event.is_set():
                     return
+                if exc.status == 404 and self.optional:
+                    rv = ""
+                    self._absent()
+                    continue
                 log.warning("%s informer: %s; re-listing in %.1fs", self.resource.plural, exc, self.backoff)
                 if exc.status == 410:
                     rv = ""
                 self._stop_event.wait(self.backoff)
+
+    def _absent(self) -> None:
+        """The kind is not served (its CRD is not installed): an empty kind, said once, re-checked."""
+        if not self.absent:
+            log.info("%s %s is not served (CRD not installed?): treated as empty, checked again every %.0fs",
+                     self.resource.kind, self.resource.prefix, self.absent_recheck)
+            self.absent = True
+            self.sink("ABSENT", [])
+            self.synced.set()
+        self._stop_event.wait(self.absent_recheck)
 
     def _watch_from(self, rv: str) -> str:
         """Follows one watch stream; returns the resourceVersion to resume from ("" = re-list)."""

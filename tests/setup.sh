@@ -2,8 +2,9 @@
 # Prepares a fresh Debian machine for the test suite, idempotently:
 #   1. Debian packages for the real parts (lldpd, prometheus/promtool, iproute2, openssl, ...)
 #   2. a virtualenv in .venv with hypertopo and its test extras
-#   3. the control plane (kube-apiserver, kubectl, etcd) and kwok, built from the pinned Go
-#      modules in tests/controlplane and cached in ~/.cache/hypertopo (first run only)
+#   3. the control plane (kube-apiserver, kubectl, etcd), kwok, and Volcano (vc-scheduler,
+#      vc-controller-manager and its CRDs), built from the pinned Go modules in tests/controlplane
+#      and cached in ~/.cache/hypertopo (first run only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,8 @@ if [[ -f tests/controlplane/kwok/build_kwok.sh ]]; then
   echo "setup: kwok" >&2
   bash tests/controlplane/kwok/build_kwok.sh >/dev/null
 fi
+echo "setup: volcano" >&2
+bash tests/controlplane/volcano/build_volcano.sh >/dev/null
 echo "setup: prometheus-operator CRDs" >&2
 bash tests/controlplane/prometheus_operator_crds.sh >/dev/null
 echo "setup: done" >&2

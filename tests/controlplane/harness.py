@@ -1,5 +1,7 @@
 """Starts a real etcd + kube-apiserver on loopback for tests, with RBAC on and hypertopo's CRDs
-applied, and tears them down. The binaries come from build.sh (built once, then cached).
+applied, then Volcano's own CRDs over them (HyperNode, PodGroup, Queue, Job, ...: the cluster looks
+like one that runs Volcano), and tears them down. The binaries come from build.sh, Volcano's CRDs
+from volcano/build_volcano.sh (built once, then cached).
 
 Authentication: a static token file holds an admin token (group system:masters) plus any tokens a
 test adds through `extra_tokens`; service-account tokens are signed with a key made per run, so
@@ -37,6 +39,19 @@ def build() -> Path:
     if proc.returncode != 0:
         raise ControlPlaneError(f"control-plane build failed:\n{proc.stderr[-4000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def build_volcano(what: str = "all") -> Path:
+    """Volcano's cache directory (vc-scheduler, vc-controller-manager, crds/), built or found cached;
+    `what="crds"` only fetches the CRDs (a module download, no compile)."""
+    proc = subprocess.run(["bash", str(HERE / "volcano" / "build_volcano.sh"), what],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"Volcano build ({what}) failed:\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+VOLCANO_FIELD_MANAGER = "volcano-install"
 
 
 def _free_port() -> int:
@@ -154,6 +169,12 @@ class ControlPlane:
         self.kubeconfig = self.kubeconfig_for(ADMIN_TOKEN, "admin")
         self._wait_ready(timeout=90)
         self.kubectl("apply", "--server-side", "-k", str(REPO / "crds"))
+        # Then Volcano's own CRDs, as installed where Volcano runs (vc-scheduler waits for each of
+        # them). Where both define a CRD (HyperNode), Volcano's takes over under its own field
+        # manager; the schemas are the same, only the descriptions differ.
+        crds = build_volcano("crds") / "crds"
+        self.kubectl("apply", "--server-side", "--force-conflicts", f"--field-manager={VOLCANO_FIELD_MANAGER}",
+                     "-f", str(crds), timeout=120)
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 
     def _wait_ready(self, timeout: float) -> None:

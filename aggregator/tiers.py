@@ -9,9 +9,15 @@ Candidate domains come from the graph:
   leaves; leaf domains whose uplinks reach a common switch of a level share that level's domain;
 * label levels (sources.labels): above the highest switch level, finest label first.
 
-Switch levels are longest-path heights over uplinks: declared links (a model) carry their
-direction; discovered links are oriented by hop distance from the nearest leaf (links between
-switches at the same distance, such as MLAG peer links, are lateral and ignored).
+Switch levels are longest-path heights from the host-carrying switches over links pointing away
+from the hosts. Declared links (a model) carry their direction. A discovered link (a dump, switch
+LLDP) points from the end farther from the fabric's centre to the nearer one, a host-carrying
+switch always being the lower end; "far from the centre" is the hop count to the farthest
+host-carrying switch, so a leaf cabled straight to a core does not pull the core down to the
+spines, and a leaf without hosts hangs below its spine instead of ranking above it. Links between
+peers (equally central, serving some of the same switches below: MLAG pairs, parallel cores) are
+lateral and ignored; equally central switches serving different ones (a core beside a spine, each
+with leaves of its own) are told apart by their share of host-carrying neighbours.
 
 Domains nest by containment of node sets, not by a fixed order of kinds: an NVLink domain sits
 below the leaves when it fits inside them and above them when it spans several (a multi-rack
@@ -104,32 +110,90 @@ def _nvlink_domains(graph: FabricGraph) -> list[Domain]:
     return [Domain(f"{NVLINK}:{d}", NVLINK, (str(d),), frozenset(ns)) for d, ns in groups.items()]
 
 
-def _switch_levels(graph: FabricGraph, leaves: set[str]) -> dict[str, int]:
-    """Height of every switch above the leaves (leaves 0); switches no leaf reaches are left out."""
+def _adjacency(links: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
     adjacent: dict[str, set[str]] = defaultdict(set)
-    for a, b in graph.switch_links:
+    for a, b in links:
         adjacent[a].add(b)
         adjacent[b].add(a)
-    distance = {s: 0 for s in leaves}
-    frontier = sorted(leaves)
-    while frontier:
-        nxt = []
-        for s in frontier:
-            for t in adjacent[s]:
-                if t not in distance:
-                    distance[t] = distance[s] + 1
-                    nxt.append(t)
-        frontier = nxt
-    down: dict[str, set[str]] = defaultdict(set)
+    return adjacent
+
+
+def _eccentricity(adjacent: Mapping[str, set[str]], leaves: set[str]) -> dict[str, int]:
+    """Hops from each switch to the farthest host-carrying switch it is connected to.
+
+    The top of a tree is its centre, the switch no leaf is far from; a dangling switch (a leaf
+    without hosts) is farther out than the spine it hangs from. Leaves cabled to the same switches
+    are equally far from every other switch, so one of them stands for all (in the searches and
+    as a waypoint): a pod, or a rail of a pod, costs one breadth-first search over a graph with
+    one leaf per pod, however many leaves it has."""
+    standing_for = {frozenset(adjacent.get(leaf, ())): leaf for leaf in sorted(leaves, reverse=True)}
+    stand_ins = set(standing_for.values())
+    skipped = leaves - stand_ins
+    farthest: dict[str, int] = {}
+    for start in sorted(stand_ins):
+        seen = {start: 0}
+        frontier = [start]
+        while frontier:
+            nxt = []
+            for s in frontier:
+                for t in adjacent.get(s, ()):
+                    if t not in seen and t not in skipped:
+                        seen[t] = seen[s] + 1
+                        nxt.append(t)
+            frontier = nxt
+        for s, hops in seen.items():
+            if hops > farthest.get(s, -1):
+                farthest[s] = hops
+    return farthest
+
+
+def _lower_end(
+    a: str, b: str, leaves: set[str], far: Mapping[str, int], adjacent: Mapping[str, set[str]]
+) -> str | None:
+    """Which end of an undirected switch link is below the other (None: a lateral link).
+
+    Links point away from the hosts, towards the fabric's centre: a host-carrying switch is below
+    any other, else the switch farther from the centre (its farthest leaf farther away) is below.
+    Two switches equally far from the centre are peers (a lateral link: MLAG peers, parallel spines)
+    when they serve some of the same switches below; if they serve different ones (a core and a spine
+    whose leaves hang one on each), the one with the larger share of host-carrying neighbours is the
+    lower; equal shares leave the link lateral."""
+    if a in leaves or b in leaves:
+        return None if (a in leaves) == (b in leaves) else (a if a in leaves else b)
+    if a not in far or b not in far:
+        return None  # no host below either end
+    if far[a] != far[b]:
+        return a if far[a] > far[b] else b
+    if _below(a, leaves, far, adjacent) & _below(b, leaves, far, adjacent):
+        return None
+    share_a = len(adjacent[a] & leaves) * len(adjacent[b])
+    share_b = len(adjacent[b] & leaves) * len(adjacent[a])
+    if share_a == share_b:
+        return None
+    return a if share_a > share_b else b
+
+
+def _below(s: str, leaves: set[str], far: Mapping[str, int], adjacent: Mapping[str, set[str]]) -> set[str]:
+    return {t for t in adjacent[s] if t in leaves or far.get(t, -1) > far[s]}
+
+
+def _switch_levels(graph: FabricGraph, leaves: set[str]) -> tuple[dict[str, int], dict[str, set[str]]]:
+    """Height of every switch above the leaves (leaves 0), the longest path up from a leaf over
+    links pointing away from the hosts; switches no leaf reaches are left out. Also each switch's
+    parents (the links pointing up from it). Declared links (a model) keep their direction;
+    discovered ones are oriented by `_lower_end`."""
+    adjacent = _adjacency(graph.switch_links)
     declared = {frozenset(link) for link in graph.uplinks}
+    down: dict[str, set[str]] = defaultdict(set)
     for child, parent in graph.uplinks:
         down[parent].add(child)
-    for a, b in graph.switch_links:
-        if frozenset((a, b)) in declared or a not in distance or b not in distance:
-            continue
-        if distance[a] != distance[b]:
-            low, high = (a, b) if distance[a] < distance[b] else (b, a)
-            down[high].add(low)
+    undeclared = [link for link in sorted(graph.switch_links) if frozenset(link) not in declared]
+    if undeclared:
+        far = _eccentricity(adjacent, leaves)
+        for a, b in undeclared:
+            low = _lower_end(a, b, leaves, far, adjacent)
+            if low is not None:
+                down[b if low == a else a].add(low)
     levels: dict[str, int] = {}
 
     def height(s: str, visiting: frozenset[str]) -> int | None:
@@ -146,9 +210,14 @@ def _switch_levels(graph: FabricGraph, leaves: set[str]) -> dict[str, int]:
         levels[s] = 1 + max(below)
         return levels[s]
 
-    for s in sorted(distance):
+    for s in sorted(set(adjacent) | set(down) | leaves):
         height(s, frozenset())
-    return levels
+    up: dict[str, set[str]] = defaultdict(set)
+    for parent, children in down.items():
+        for child in children:
+            if child in levels and parent in levels and levels[child] < levels[parent]:
+                up[child].add(parent)
+    return levels, up
 
 
 def _promoted(graph: FabricGraph, hosts_on: Mapping[str, int]) -> set[str]:
@@ -179,12 +248,7 @@ def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int]:
         if not sw & promoted
     ]
     leaves = {s for sw in leaf_groups for s in sw} - promoted
-    levels = _switch_levels(graph, leaves)
-    up: dict[str, set[str]] = defaultdict(set)
-    for a, b in graph.switch_links:
-        if a in levels and b in levels and levels[a] != levels[b]:
-            low, high = (a, b) if levels[a] < levels[b] else (b, a)
-            up[low].add(high)
+    levels, up = _switch_levels(graph, leaves)
     reach: dict[str, frozenset[str]] = {}
 
     def above(s: str) -> frozenset[str]:

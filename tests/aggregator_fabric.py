@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable
 
 from agent.cluster_model import ClusterModel
 from agent.model_probe import node_guid
@@ -25,19 +26,33 @@ def _ca_guid(node: str, hca: int) -> str:
     return node_guid(node, hca).replace(":", "")
 
 
-def ibnetdiscover_dump(model: ClusterModel, *, host_descriptions: bool = True) -> str:
+def ibnetdiscover_dump(
+    model: ClusterModel,
+    *,
+    host_descriptions: bool = True,
+    extra_cables: Iterable[tuple[str, str]] = (),
+    only: Collection[str] | None = None,
+    ca_description: Callable[[str, int], str] | None = None,
+) -> str:
     """The model's fabric as `ibnetdiscover` prints it; without `host_descriptions` the HCAs carry
-    a firmware default description ("MT4129 ConnectX-7") that names no host."""
+    a firmware default description ("MT4129 ConnectX-7") that names no host. `extra_cables` adds
+    switch-to-switch cables a model cannot declare (a second parent, a core-to-core link); `only`
+    keeps the switches of one fabric (a rail or a plane: its own subnet manager's dump) and the
+    HCAs cabled to them; `ca_description(node, hca)` replaces "<node> mlx5_<hca>"."""
     ports: dict[str, list[tuple[int, str]]] = defaultdict(list)  # switch -> (port, line)
     cas: list[str] = []
     next_port: dict[str, int] = defaultdict(int)
+    everything = {*model.switches, *(s for cable in extra_cables for s in cable)}
+    kept = everything if only is None else set(only)
 
     def port_of(switch: str) -> int:
         next_port[switch] += 1
         return next_port[switch]
 
-    desc = {s: f"MF0;{s}:MQM9700/U1" for s in model.switches}
-    for child, parent in sorted(model.parents.items()):
+    desc = {s: f"MF0;{s}:MQM9700/U1" for s in everything}
+    for child, parent in [*sorted(model.parents.items()), *extra_cables]:
+        if child not in kept or parent not in kept:
+            continue
         cp, pp = port_of(child), port_of(parent)
         ports[child].append(
             (cp, f'[{cp}]\t"S-{switch_guid(parent)}"[{pp}]\t\t# "{desc[parent]}" lid 1 4xNDR')
@@ -48,8 +63,11 @@ def ibnetdiscover_dump(model: ClusterModel, *, host_descriptions: bool = True) -
         for node in block.nodes:
             hca = hca_index[node]
             hca_index[node] += 1
+            if block.switch not in kept:
+                continue
             guid = _ca_guid(node, hca)
-            ca_desc = f"{node} mlx5_{hca}" if host_descriptions else "MT4129 ConnectX-7"
+            ca_desc = ca_description(node, hca) if ca_description else f"{node} mlx5_{hca}"
+            ca_desc = ca_desc if host_descriptions else "MT4129 ConnectX-7"
             sp = port_of(block.switch)
             ports[block.switch].append((sp, f'[{sp}]\t"H-{guid}"[1]({guid}) \t\t# "{ca_desc}" lid 10 4xNDR'))
             cas.append(
@@ -59,7 +77,7 @@ def ibnetdiscover_dump(model: ClusterModel, *, host_descriptions: bool = True) -
                 "lid 2 4xNDR\n"
             )
     out = ["#", "# Topology file: generated for a cluster model", "#", ""]
-    for switch in model.switches:
+    for switch in sorted(kept & everything):
         guid = switch_guid(switch)
         out += [
             "vendid=0x2c9",

@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from agent import yaml_codec
+
 DOMAIN_ANNOTATION = "accelerator.topology.test/domain"
 
 
@@ -171,7 +173,7 @@ def _check_acyclic(parents: Mapping[str, str], start: str) -> None:
 def load_model(path: str) -> ClusterModel:
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = yaml_codec.load(handle)
     except OSError as exc:
         raise ModelError(f"cannot read model {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
@@ -279,11 +280,17 @@ def node_topology_object(report: NodeReport) -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A dataclass's resolved field types, once per class (resolving them is most of a read)."""
+    return get_type_hints(cls)
+
+
 def _from_wire(cls: Any, data: Any) -> Any:
     origin = get_origin(cls)
     if origin is None and isinstance(cls, type):
         if dataclasses.is_dataclass(cls):
-            hints = get_type_hints(cls)
+            hints = _type_hints(cls)
             kwargs: dict[str, Any] = {}
             for f in dataclasses.fields(cls):
                 key = _camel(f.name)

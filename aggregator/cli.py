@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from agent import yaml_codec
 from agent.cluster_model import ModelError, load_model
 from agent.report import KIND, NodeReport
 from aggregator.pipeline import ClusterInputs, Pipeline
@@ -32,8 +33,9 @@ class InputError(ValueError):
 
 def _documents(path: Path) -> Iterator[dict[str, Any]]:
     try:
-        docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-    except (OSError, yaml.YAMLError) as exc:
+        text = path.read_text(encoding="utf-8")
+        docs = [json.loads(text)] if path.suffix == ".json" else yaml_codec.load_all(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from exc
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind", "").endswith("List"):
@@ -77,7 +79,7 @@ def _inputs(args: argparse.Namespace) -> ClusterInputs:
         node_labels.update(
             {
                 str(k): {str(a): str(b) for a, b in v.items()}
-                for k, v in (yaml.safe_load(Path(file).read_text(encoding="utf-8")) or {}).items()
+                for k, v in (yaml_codec.load(Path(file).read_text(encoding="utf-8")) or {}).items()
             }
         )
     return ClusterInputs(
@@ -110,7 +112,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         json.dump(document, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        yaml.safe_dump(document, sys.stdout, sort_keys=False)
+        yaml_codec.dump(document, sys.stdout, sort_keys=False)
     if desired.tree is not None:
         for key, reason in desired.tree.dropped:
             print(f"hypertopo-aggregator render: dropped domain {key}: {reason}", file=sys.stderr)

@@ -278,12 +278,14 @@ def _probe_with_lldp(prober: Prober, wait: float) -> NodeReport:
         listener.start()
     except Exception as exc:  # report what we have, say why LLDP is missing
         log.warning("cannot listen for LLDP (%s); neighbours not reported", exc)
-        return first
+        prober.lldp_failure = f"cannot listen for LLDP: {exc}"
+        return prober.collect()
+    prober.lldp_listener = listener  # its socket errors (no CAP_NET_RAW) are the lldp health
     try:
         time.sleep(wait)
+        return prober.collect()  # while listening: which interfaces could not be heard still shows
     finally:
         listener.stop()
-    return prober.collect()
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

@@ -146,6 +146,11 @@ class Prober:
             self._backend, self._backend_error = self._open_backend()
         self._table: Any = None
         self.xid_watcher: Any = None  # an agent.probes.nvml.XidWatcher the runner started, if any
+        # The LLDP listener feeding the neighbour table (agent.adapters.raw_socket.LldpListener),
+        # or why none could be started: its socket errors are the lldp component's health.
+        self.lldp_listener: Any = None
+        self.lldp_failure = ""
+        self._rdma_seen_active: set[tuple[str, int]] = set()  # RDMA ports seen ACTIVE since start
         self._lock = threading.Lock()
         self.latest: Snapshot | None = None
 
@@ -199,7 +204,9 @@ class Prober:
     def _probe_rdma(self) -> ProbeResult[Any]:
         from agent.probes import rdma
 
-        return rdma.probe(self.config.sysfs)
+        read = rdma.probe(self.config.sysfs)
+        self._rdma_seen_active |= rdma.active_ports(read.value or ())  # once up, a port is in use
+        return rdma.judge(read, seen_active=self._rdma_seen_active)
 
     def _probe_net(self) -> ProbeResult[Any]:
         from agent.probes import net
@@ -225,6 +232,10 @@ class Prober:
         # Neighbours of links that lost carrier are held: where a cut cable was plugged stays known.
         down = net.links_down(self._last_links, interfaces)
         result: ProbeResult[Any] = self.neighbour_table().snapshot(self._clock(), links_down=down)
+        if self.lldp_failure:
+            result = ProbeResult(result.value, ComponentHealth(Health.FAILED, self.lldp_failure))
+        elif self.lldp_listener is not None:
+            result = self.lldp_listener.judge(result)
         if self.config.lldpd_socket is None:
             return result
         return merge_lldpd(result, self._read_lldpd(), self.config.interfaces)
@@ -248,7 +259,14 @@ what the raw sockets saw."""
         if include is None or include.search(n.interface):
             seen.setdefault((n.interface, n.chassis_id, n.port_id), n)
     neighbours = tuple(seen[key] for key in sorted(seen))
-    if lldpd.health.state is not Health.OK:  # asked for, so a missing socket is worth saying
+    lldpd_ok = lldpd.health.state is Health.OK
+    if raw.health.state is Health.FAILED:  # raw sockets deaf: lldpd is the only source left
+        reason = f"raw sockets: {raw.health.reason}"
+        if not lldpd_ok:
+            reason += f"; host lldpd: {lldpd.health.reason}"
+            return ProbeResult(neighbours, ComponentHealth(Health.FAILED, reason))
+        return ProbeResult(neighbours, ComponentHealth(Health.DEGRADED, reason))
+    if not lldpd_ok:  # asked for, so a missing socket is worth saying
         return ProbeResult(neighbours, ComponentHealth(Health.DEGRADED, f"host lldpd: {lldpd.health.reason}"))
     return ProbeResult(neighbours, raw.health)
 

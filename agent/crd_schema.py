@@ -20,7 +20,8 @@ from agent import report
 
 _DESCRIPTIONS = {
     "NodeReport": "What the hypertopo agent observed on this node: stable facts and health, no counters.",
-    "health": "Per-component health (nvml, rdma, net, lldp, host): ok, degraded, failed or absent.",
+    "health": "Health (of the node: per component nvml, rdma, net, lldp, host): ok, degraded, failed, absent, "
+    "or unused (hardware never put to use, such as an HCA port never cabled since boot).",
     "nvml": "GPUs, NVLink links and multi-node NVLink fabric membership from NVML.",
     "rdma": "RDMA devices (InfiniBand / RoCE HCAs) and their ports from /sys/class/infiniband.",
     "interfaces": "Network interfaces from netlink.",

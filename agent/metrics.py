@@ -226,12 +226,14 @@ def rdma_families(report: NodeReport) -> Iterator[Metric]:
         return
     port_labels = ["device", "port", "link_layer", "netdev"]
     up = GaugeMetricFamily(
-        "hypertopo_rdma_port_up", "RDMA port state is ACTIVE (1) or not (0).", labels=port_labels
+        "hypertopo_rdma_port_up",
+        "RDMA port state is ACTIVE (1) or not (0); ports never cabled (health unused) are left out.",
+        labels=port_labels,
     )
     info = GaugeMetricFamily(
         "hypertopo_rdma_port_info",
-        "RDMA port logical and physical state; value is 1.",
-        labels=[*port_labels, "state", "phys_state"],
+        "RDMA port logical and physical state and health (ok, failed, unused); value is 1.",
+        labels=[*port_labels, "state", "phys_state", "health"],
     )
     rate = GaugeMetricFamily(
         "hypertopo_rdma_port_rate_bytes_per_second", "RDMA port link rate.", labels=port_labels
@@ -244,8 +246,10 @@ def rdma_families(report: NodeReport) -> Iterator[Metric]:
     for dev in report.rdma:
         for port in dev.ports:
             labels = [dev.name, str(port.port), port.link_layer, port.netdev or ""]
-            up.add_metric(labels, 1 if port.state == "ACTIVE" else 0)
-            info.add_metric([*labels, port.state, port.phys_state], 1)
+            if port.health is not Health.UNUSED:  # a port never cabled is not a port down
+                up.add_metric(labels, 1 if port.state == "ACTIVE" else 0)
+            health = port.health.value if port.health else ""
+            info.add_metric([*labels, port.state, port.phys_state, health], 1)
             if port.rate_gbps is not None:
                 rate.add_metric(labels, port.rate_gbps * 1e9 / 8)
             for counter, value in sorted(port.counters.items()):

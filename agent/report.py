@@ -29,12 +29,15 @@ METRIC_ONLY: Mapping[str, Any] = {"metric_only": True}
 
 
 class Health(enum.StrEnum):
-    """Per-component health. `absent` means no such hardware: a quiet, normal result."""
+    """Per-component health. `absent` means no such hardware: a quiet, normal result. `unused`
+    means hardware that is there but was never put to use (an HCA port never cabled since boot):
+    as quiet as `absent`, never an alert."""
 
     OK = "ok"
     DEGRADED = "degraded"
     FAILED = "failed"
     ABSENT = "absent"
+    UNUSED = "unused"
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,9 @@ class RdmaPort:
     netdev: str | None = None
     gids: tuple[str, ...] = ()
     counters: Mapping[str, int] = field(default_factory=dict, metadata=METRIC_ONLY)
+    # ok (ACTIVE), failed (in use and not ACTIVE) or unused (never cabled since boot); None: not
+    # judged (the raw sysfs reading, before agent.probes.rdma.judge)
+    health: Health | None = None
 
 
 @dataclass(frozen=True)

@@ -151,19 +151,22 @@ class Agent:
     # -- watchers ------------------------------------------------------------------------------
     def start_watchers(self, report: NodeReport) -> None:
         self._start_watcher("netlink link watcher", self._link_watcher)
-        self._start_watcher("LLDP listener", lambda: self._lldp_listener(lldp_interfaces(report)))
+        if not self._start_watcher("LLDP listener", lambda: self._lldp_listener(lldp_interfaces(report))):
+            self.prober.lldp_failure = "LLDP listener not started (see the agent log)"
+            self.poke()
         if self.prober.nvml_backend is not None:
             self._start_watcher("XID watcher", self._xid_watcher)
 
-    def _start_watcher(self, what: str, factory: Callable[[], Any]) -> None:
+    def _start_watcher(self, what: str, factory: Callable[[], Any]) -> bool:
         try:
             watcher = factory()
         except Exception as exc:  # a missing watcher costs latency, never the agent
             log.warning("%s not started: %s; relying on --interval probes", what, exc)
-            return
+            return False
         if watcher is not None:
             self._watchers.append(watcher)
             log.debug("%s started", what)
+        return True
 
     def _link_watcher(self) -> Any:
         from agent.adapters.netlink import LinkWatcher
@@ -177,7 +180,7 @@ class Agent:
 
         listener = LldpListener(interfaces, self.prober.neighbour_table(), self.poke)
         listener.start()
-        self._lldp = listener
+        self._lldp = self.prober.lldp_listener = listener
         return listener
 
     def _xid_watcher(self) -> Any:

@@ -10,6 +10,12 @@ never write heartbeats.
 
 Caches lag behind our own writes by one watch event; to avoid writing twice, objects returned by
 our writes overlay the caches until the watch has caught up (resourceVersion comparison).
+
+Membership follows the Node list: a NodeTopology whose Node no longer exists is not handed to the
+pipeline, so a deleted node leaves its HyperNodes at once (it is not an "unknown" member for ever).
+Such reports are also deleted: agents set their Node as owner, so the garbage collector removes
+them, and the leader sweeps up the rest (written before owners were set, or where no garbage
+collector runs) every `report_gc_period`, after a direct read has confirmed the Node is gone.
 """
 
 from __future__ import annotations
@@ -114,6 +120,17 @@ class Options:
     debounce: float = 0.2
     period: float = 1.0
     agent_namespace: str | None = None  # where the agent pods run (None: every namespace)
+    report_gc_period: float = 60.0  # seconds between sweeps for reports of deleted Nodes (0: never)
+
+
+def reports_of_members(topologies: Mapping[str, Obj], nodes: Mapping[str, Obj]) -> dict[str, Obj]:
+    """The NodeTopology objects whose Node exists: only those make a node a member of anything."""
+    return {name: obj for name, obj in topologies.items() if name in nodes}
+
+
+def orphaned_reports(topologies: Mapping[str, Obj], nodes: Mapping[str, Obj]) -> list[str]:
+    """Names of NodeTopology objects whose Node is not in the cache (candidates for the sweep)."""
+    return sorted(name for name in topologies if name not in nodes)
 
 
 class Controller:
@@ -152,6 +169,9 @@ class Controller:
         self.marker = NodeMarker(kubeapi.NodeClient(kube, label_manager=LABEL_MANAGER), may_write=may_write)
         self._hn_overlay = Overlay()
         self._node_overlay = Overlay()
+        self._next_sweep = 0.0  # time.monotonic() of the next report sweep
+        self._clashes = 0
+        self.reports_collected = 0
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -173,7 +193,7 @@ class Controller:
     def view(self) -> ClusterView:
         nodes = self._node_overlay.view(self.nodes.snapshot())
         agents = agent_readiness(self.pods.snapshot()) if self.options.agent_selector else None
-        return ClusterView(self.topologies.snapshot(), nodes, agents)
+        return ClusterView(reports_of_members(self.topologies.snapshot(), nodes), nodes, agents)
 
     def live_hypernodes(self) -> dict[str, Obj]:
         return self._hn_overlay.view(self.hypernodes.snapshot())
@@ -187,24 +207,65 @@ class Controller:
         desired = self.compute(view, now)
         deadline = getattr(desired, "next_deadline", None)
         self.next_wake = None if deadline is None else max(0.05, deadline - now + 0.01)
-        if view.agent_ready is not None:
-            agents = view.agent_ready
-            self.metrics.stale_agents.set(sum(1 for n in view.topologies if not agents.get(n, False)))
+        agents = view.agent_ready
+        stale = 0 if agents is None else sum(1 for n in view.topologies if not agents.get(n, False))
         writes = 0
         if self.may_write():
             writes = self._write(desired, view)
+            writes += self._sweep_reports(view.nodes)
             self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
-        owned = [o for o in self.live_hypernodes().values() if is_owned(o)]
-        self.metrics.set_hypernodes(owned)
+        if self.may_write():  # still: a lease lost meanwhile withdraws the state gauges instead
+            owned = [o for o in self.live_hypernodes().values() if is_owned(o)]
+            self.metrics.publish_state(owned, stale_agents=stale, clashes=self._clashes)
+        else:
+            self.metrics.withdraw_state()
         self.cycles += 1
         return writes
+
+    def _sweep_reports(self, nodes: Mapping[str, Obj]) -> int:
+        """Deletes NodeTopology objects of Nodes that are gone (at most every report_gc_period)."""
+        period = self.options.report_gc_period
+        if period <= 0 or time.monotonic() < self._next_sweep:
+            return 0
+        self._next_sweep = time.monotonic() + period
+        topologies = self.topologies.snapshot()
+        deleted = 0
+        for name in orphaned_reports(topologies, nodes):
+            try:
+                deleted += self._collect_report(name, topologies[name])
+            except ApiError as exc:
+                self.metrics.reconcile_errors.labels(kind="report-gc").inc()
+                log.warning("NodeTopology %s of a deleted Node not removed, retrying later: %s", name, exc)
+                if exc.status == 0:
+                    raise
+        return deleted
+
+    def _collect_report(self, name: str, report: Mapping[str, Any]) -> int:
+        try:
+            self.kube.get(kubeapi.NODES, name)
+            return 0  # the Node exists after all (the cache is behind): keep its report
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+        if not self.may_write():
+            raise NotLeader("lease lost; not deleting reports")
+        version = str((report.get("metadata") or {}).get("resourceVersion", ""))
+        try:  # the precondition keeps a report rewritten meanwhile (a Node that came back)
+            self.kube.delete(kubeapi.NODETOPOLOGIES, name, resource_version=version or None)
+        except ApiError as exc:
+            if exc.not_found or exc.conflict:
+                return 0
+            raise
+        log.info("deleted NodeTopology %s: its Node no longer exists", name)
+        self.reports_collected += 1
+        return 1
 
     def _write(self, desired: DesiredState, view: ClusterView) -> int:
         outcome = self.applier.apply(desired.hypernodes, self.live_hypernodes())
         self._hn_overlay.written.update(outcome.written)
         for name in outcome.deleted:
             self._hn_overlay.deleted[name] = _rv(self.hypernodes.snapshot().get(name, {})) or 0
-        self.metrics.clashes.set(len(outcome.clashes))
+        self._clashes = len(outcome.clashes)
         if outcome.errors:
             self.metrics.reconcile_errors.labels(kind="hypernode").inc(len(outcome.errors))
         writes = outcome.total_writes
@@ -285,6 +346,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--period", type=float, default=None, help="seconds between periodic reconciles (default: from --hold-down)")
     add("--resync", type=float, default=300.0, help="seconds between full pipeline rebuilds (default 300)")
     add("--debounce", type=float, default=0.2, help="seconds to gather changes before reconciling")
+    add(
+        "--report-gc-period",
+        type=float,
+        default=60.0,
+        help="seconds between sweeps that delete NodeTopology objects of deleted Nodes (0: never; default 60)",
+    )
 
 
 def pipeline_compute(args: argparse.Namespace) -> Compute:
@@ -333,7 +400,7 @@ def run(args: argparse.Namespace) -> int:
             retry_period=args.retry_period,
         )
         lease = kubeapi.LeaseClient(kube, namespace=args.namespace, name=args.lease_name)
-        elector = LeaderElector(lease, config, on_change=lambda on: metrics.is_leader.set(1 if on else 0))
+        elector = LeaderElector(lease, config, on_change=metrics.set_leader)
     may_write = elector.is_leader if elector else (lambda: True)
     options = Options(
         args.node_labels,
@@ -342,10 +409,11 @@ def run(args: argparse.Namespace) -> int:
         args.debounce,
         _period(args),
         agent_namespace=args.agent_namespace or None,
+        report_gc_period=args.report_gc_period,
     )
     controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write)
     if elector is None:
-        metrics.is_leader.set(1)
+        metrics.set_leader(True)
 
     def healthy() -> bool:
         return time.monotonic() - controller.last_beat < max(30.0, 5 * options.period)

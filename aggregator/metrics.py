@@ -5,6 +5,12 @@ reconcile takes, how many API writes it makes (an idle cluster must show none), 
 stale, and which replica leads. The registry is injected so tests read a fresh one.
 HyperNode counts are a snapshot replaced after each reconcile and exported by a collector, so a
 scrape never sees a half-updated set.
+
+The cluster-state gauges (HyperNodes, stale agents, name clashes) are exported by the leader only.
+Every replica keeps warm caches and could count the same HyperNodes, but with the shipped two
+replicas a dashboard's `sum` and the alerts would then see every HyperNode twice; a standby (and a
+leader that lost its lease) exports none of them, so a plain `sum` over all replicas is the truth.
+Per-replica facts (is_leader, reconcile timings, API writes, errors) are exported by every replica.
 """
 
 from __future__ import annotations
@@ -30,37 +36,59 @@ def _ready_of(obj: Mapping[str, Any]) -> str:
     return "Unknown"
 
 
-class _HyperNodeCounts(Collector):
+class _ClusterState(Collector):
+    """HyperNodes by tier / tier name / Ready, stale agents and name clashes, as one snapshot;
+    nothing at all while withdrawn (this replica does not lead)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, str, str]] = Counter()
+        self._counts: Counter[tuple[str, str, str]] | None = None  # None: withdrawn
+        self._stale_agents = 0
+        self._clashes = 0
 
-    def replace(self, hypernodes: Iterable[Mapping[str, Any]]) -> None:
+    def publish(self, hypernodes: Iterable[Mapping[str, Any]], *, stale_agents: int, clashes: int) -> None:
         counts: Counter[tuple[str, str, str]] = Counter()
         for obj in hypernodes:
             spec = obj.get("spec") or {}
             counts[(str(spec.get("tier", "")), str(spec.get("tierName", "")), _ready_of(obj))] += 1
         with self._lock:
-            self._counts = counts
+            self._counts, self._stale_agents, self._clashes = counts, stale_agents, clashes
+
+    def withdraw(self) -> None:
+        with self._lock:
+            self._counts = None
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self._lock:
+            counts, stale, clashes = self._counts, self._stale_agents, self._clashes
+        if counts is None:
+            return
         family = GaugeMetricFamily(
             f"{PREFIX}_hypernodes",
-            "HyperNodes owned by hypertopo, by tier, tier name and Ready condition status",
+            "HyperNodes owned by hypertopo, by tier, tier name and Ready condition status (leader only)",
             labels=["tier", "tier_name", "ready"],
         )
-        with self._lock:
-            for (tier, name, ready), count in sorted(self._counts.items()):
-                family.add_metric([tier, name, ready], count)
+        for (tier, name, ready), count in sorted(counts.items()):
+            family.add_metric([tier, name, ready], count)
         yield family
+        yield GaugeMetricFamily(
+            f"{PREFIX}_stale_agents",
+            "Nodes with a NodeTopology whose agent pod is missing or not Ready (leader only)",
+            value=stale,
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_hypernode_name_clashes",
+            "Desired HyperNode names taken by objects without hypertopo's ownership labels (leader only)",
+            value=clashes,
+        )
 
 
 class AggregatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self._hypernodes = _HyperNodeCounts()
-        r.register(self._hypernodes)
+        self._state = _ClusterState()
+        r.register(self._state)
         self.reconcile_seconds = Histogram(
             f"{PREFIX}_reconcile_duration_seconds",
             "Time of one reconcile: pipeline compute, diff and the API writes it needed",
@@ -73,21 +101,25 @@ class AggregatorMetrics:
         self.reconcile_errors = PromCounter(
             f"{PREFIX}_reconcile_errors", "Reconcile steps that failed (API errors, clashes)", ["kind"], registry=r
         )
-        self.stale_agents = Gauge(
-            f"{PREFIX}_stale_agents", "Nodes with a NodeTopology whose agent pod is missing or not Ready", registry=r
-        )
         self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the leader lease", registry=r)
-        self.clashes = Gauge(
-            f"{PREFIX}_hypernode_name_clashes",
-            "Desired HyperNode names taken by objects without hypertopo's ownership labels",
-            registry=r,
-        )
 
     def count_write(self, verb: str, resource: str) -> None:
         self.api_writes.labels(verb=verb, resource=resource).inc()
 
-    def set_hypernodes(self, hypernodes: Sequence[Mapping[str, Any]]) -> None:
-        self._hypernodes.replace(hypernodes)
+    def publish_state(
+        self, hypernodes: Sequence[Mapping[str, Any]], *, stale_agents: int = 0, clashes: int = 0
+    ) -> None:
+        """The leader's view of the cluster after a reconcile (replaces the last one)."""
+        self._state.publish(hypernodes, stale_agents=stale_agents, clashes=clashes)
+
+    def withdraw_state(self) -> None:
+        """This replica does not lead (any more): export no cluster-state gauges."""
+        self._state.withdraw()
+
+    def set_leader(self, leading: bool) -> None:
+        self.is_leader.set(1 if leading else 0)
+        if not leading:
+            self.withdraw_state()
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

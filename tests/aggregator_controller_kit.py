@@ -6,15 +6,22 @@ controller off from the API server."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import socket
+import subprocess
+import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import yaml
 from controlplane.harness import ControlPlane, running
+from realparts import free_port, require_binary
 
 from agent.report import (
     ComponentHealth,
@@ -145,6 +152,42 @@ def scrape(port: int) -> dict[str, float]:
         if match:
             samples[match.group(1)] = float(match.group(2))
     return samples
+
+
+@contextlib.contextmanager
+def prometheus_scraping(job: str, ports: list[int], rule_groups: list[Any] | None = None) -> Iterator[str]:
+    """A real Prometheus scraping 127.0.0.1:PORT for each port every second (optionally with rule
+    groups loaded); yields its base URL."""
+    binary = require_binary("prometheus")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="hypertopo-prom-") as tmp:
+        config: dict[str, Any] = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports]}]}],
+        }
+        if rule_groups is not None:
+            (Path(tmp) / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_groups}))
+            config["rule_files"] = [str(Path(tmp) / "rules.yaml")]
+        (Path(tmp) / "prometheus.yml").write_text(yaml.safe_dump(config))
+        argv = [binary, f"--config.file={tmp}/prometheus.yml", f"--storage.tsdb.path={tmp}/data",
+                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            proc.wait(15)
+
+
+def prometheus_query(base: str, query: str) -> dict[str, float]:
+    """An instant query's result as {"label=value,...": value} ({} while Prometheus is not up)."""
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            result = json.loads(resp.read())["data"]["result"]
+    except OSError:
+        return {}
+    return {",".join(f"{k}={v}" for k, v in sorted(r["metric"].items())): float(r["value"][1]) for r in result}
 
 
 def writes_of(samples: dict[str, float], resource: str) -> float:

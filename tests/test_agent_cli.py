@@ -69,6 +69,36 @@ def test_probe_exits_1_when_a_probe_failed_and_still_prints_the_object(tmp_path:
     assert "probe failed for: rdma" in proc.stderr
 
 
+def test_probe_with_a_sysfs_root_that_is_not_mounted_says_rdma_failed_not_absent(tmp_path: Path) -> None:
+    root = tmp_path / "host" / "sys"  # --sysfs points where the host's /sys was never mounted
+    proc = agent("probe", "--sysfs", str(root), "--nvml", "off", "--format", "json")
+    rdma = json.loads(proc.stdout)["spec"]["health"]["rdma"]
+    assert rdma == {"state": "failed", "reason": f"host sysfs root missing: {root} does not exist "
+                    "(is the host's /sys mounted there? see --sysfs)"}  # fmt: skip
+    assert proc.returncode == 1 and "probe failed for: rdma" in proc.stderr
+
+
+def test_probe_without_cap_net_raw_says_lldp_failed_and_why(unique: str) -> None:
+    """The DaemonSet adds NET_RAW; a container without it must not report LLDP as fine."""
+    require_root()
+    ip, setpriv = require_binary("ip"), require_binary("setpriv")
+    dummy, peer = f"htd{unique}a", f"htd{unique}b"
+    subprocess.run([ip, "link", "add", dummy, "type", "veth", "peer", "name", peer], check=True, timeout=10)
+    try:
+        subprocess.run([ip, "link", "set", dummy, "up"], check=True, timeout=10)
+        no_net_raw = [setpriv, "--bounding-set=-net_raw", "--inh-caps=-net_raw", "--"]
+        argv = [*no_net_raw, sys.executable, "-m", "agent", "probe", "--format", "json", "--nvml", "off",
+                "--interfaces", f"^{dummy}$", "--lldp-wait", "0.5"]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    finally:
+        subprocess.run([ip, "link", "del", dummy], capture_output=True, timeout=10, check=False)
+    lldp = json.loads(proc.stdout)["spec"]["health"]["lldp"]
+    assert lldp["state"] == "failed", lldp
+    assert lldp["reason"].startswith(f"cannot listen on {dummy}: Operation not permitted")
+    assert "CAP_NET_RAW" in lldp["reason"]
+    assert proc.returncode == 1 and "probe failed for: lldp" in proc.stderr
+
+
 def test_probe_model_prints_the_report_a_modelled_node_would_publish(tmp_path: Path) -> None:
     model = tmp_path / "model.yaml"
     model.write_text(MODEL)

@@ -59,6 +59,7 @@ def test_an_unknown_fake_profile_is_the_nvml_component_failing_not_a_crash() -> 
 
 
 def test_nvml_off_is_absent_and_not_a_failure(tmp_path: Path) -> None:
+    (tmp_path / "class").mkdir()  # a sysfs without RDMA devices
     prober = Prober(CollectConfig(NODE, sysfs=tmp_path, nvml="off"), links=lambda: ())
     report = prober.collect()
     assert report.health["nvml"].state is Health.ABSENT

@@ -137,9 +137,11 @@ def test_bad_listen_addresses_are_rejected(text: str) -> None:
 
 
 @contextmanager
-def agent_process(apiserver: Any, node: str, *extra: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+def agent_process(
+    apiserver: Any, node: str, *extra: str, wrapper: tuple[str, ...] = ()
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = free_port()
-    argv = [sys.executable, "-m", "agent", "run", "--node-name", node, "--listen", f"127.0.0.1:{port}"]
+    argv = [*wrapper, sys.executable, "-m", "agent", "run", "--node-name", node, "--listen", f"127.0.0.1:{port}"]
     argv += ["--nvml", "fake:hgx-h100", "--sysfs", str(HGX_SYSFS), *extra]
     proc = subprocess.Popen(argv, env=apiserver.env(), cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
@@ -163,6 +165,25 @@ def test_sigterm_stops_the_agent_promptly_with_exit_code_0(apiserver, unique) ->
         assert proc.wait(5) == 0
         assert time.monotonic() - start < 3
         assert proc.stderr is not None and "received SIGTERM" in proc.stderr.read()
+
+
+@pytest.mark.apiserver
+def test_an_agent_without_cap_net_raw_publishes_lldp_failed_with_the_reason(apiserver, unique) -> None:  # type: ignore[no-untyped-def]
+    """Not "lldp: ok" with no neighbours: the listener's socket error reaches the NodeTopology."""
+    require_root()
+    no_net_raw = (require_binary("setpriv"), "--bounding-set=-net_raw", "--inh-caps=-net_raw", "--")
+    node = f"agent-noraw-{unique}"
+    with agent_process(apiserver, node, wrapper=no_net_raw):
+        api = KubeApi.from_config(str(apiserver.kubeconfig))
+
+        def lldp_health() -> Any:
+            obj = api.get(node)
+            health = (obj or {}).get("spec", {}).get("health", {}).get("lldp")
+            return health if health and health["state"] != "ok" else None
+
+        health = wait_for(lldp_health, timeout=20)
+    assert health["state"] == "failed", health
+    assert "Operation not permitted" in health["reason"] and "CAP_NET_RAW" in health["reason"]
 
 
 def prometheus_query(base: str, query: str) -> list[dict[str, Any]]:

@@ -85,11 +85,28 @@ def test_hypernode_gauges_follow_the_last_snapshot() -> None:
     metrics = AggregatorMetrics(CollectorRegistry())
     leaves = [hypernode(f"l{i}", tier=1, tier_name="leaf", members=[("Node", "n")], node_count=1,
                         ready="False" if i == 0 else "True") for i in range(3)]
-    metrics.set_hypernodes(leaves)
+    metrics.publish_state(leaves, stale_agents=2, clashes=1)
     get = metrics.registry.get_sample_value
     assert get("hypertopo_aggregator_hypernodes", {"tier": "1", "tier_name": "leaf", "ready": "True"}) == 2
     assert get("hypertopo_aggregator_hypernodes", {"tier": "1", "tier_name": "leaf", "ready": "False"}) == 1
-    metrics.set_hypernodes(leaves[1:])
+    assert get("hypertopo_aggregator_stale_agents") == 2 and get("hypertopo_aggregator_hypernode_name_clashes") == 1
+    metrics.publish_state(leaves[1:])
     assert get("hypertopo_aggregator_hypernodes", {"tier": "1", "tier_name": "leaf", "ready": "False"}) is None
     metrics.count_write("apply", "hypernodes/status")
     assert get("hypertopo_aggregator_api_writes_total", {"verb": "apply", "resource": "hypernodes/status"}) == 1
+
+
+def test_only_the_leader_exports_cluster_state_gauges() -> None:
+    """Two replicas see the same HyperNodes; a standby exporting them too would double every sum."""
+    metrics = AggregatorMetrics(CollectorRegistry())
+    get = metrics.registry.get_sample_value
+    leaf = hypernode("l0", tier=1, tier_name="leaf", members=[("Node", "n")], node_count=1)
+    assert get("hypertopo_aggregator_stale_agents") is None  # a fresh replica leads nothing yet
+    metrics.set_leader(True)
+    metrics.publish_state([leaf], stale_agents=1)
+    assert get("hypertopo_aggregator_hypernodes", {"tier": "1", "tier_name": "leaf", "ready": "True"}) == 1
+    metrics.set_leader(False)  # lease lost: the successor exports them now
+    assert get("hypertopo_aggregator_is_leader") == 0
+    for name in ("hypertopo_aggregator_stale_agents", "hypertopo_aggregator_hypernode_name_clashes"):
+        assert get(name) is None
+    assert get("hypertopo_aggregator_hypernodes", {"tier": "1", "tier_name": "leaf", "ready": "True"}) is None

@@ -1,6 +1,8 @@
 """Whole `hypertopo-aggregator run` processes against a real API server: the tree appears, a restart
 writes nothing, NVLink failures reach Ready within seconds, only the leader writes and a successor
-takes over after kill -9, node labels and the taint come and go, and an API outage is survived.
+takes over after kill -9, node labels and the taint come and go, an API outage is survived, a
+deleted Node leaves its HyperNode and its report is collected, and a real Prometheus scraping two
+replicas counts every HyperNode once.
 
 These run aggregators that act on every NodeTopology and owned HyperNode they see, so they get a
 control plane of their own (module scope) instead of the session's shared one."""
@@ -21,7 +23,15 @@ from typing import Any
 
 import pytest
 import yaml
-from aggregator_controller_kit import Proxy, private_plane, scrape, wait_for, writes_of
+from aggregator_controller_kit import (
+    Proxy,
+    private_plane,
+    prometheus_query,
+    prometheus_scraping,
+    scrape,
+    wait_for,
+    writes_of,
+)
 from controlplane.harness import ControlPlane
 from realparts import free_port
 
@@ -32,6 +42,7 @@ from aggregator.pipeline import ClusterInputs, Pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tests" / "models" / "small-tree.yaml"
+RULES = REPO / "daemonset" / "monitoring" / "prometheusrule.yaml"
 LEASE = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5")
 pytestmark = pytest.mark.apiserver
 
@@ -282,3 +293,62 @@ def test_the_aggregator_survives_an_api_outage_and_converges_afterwards(
         assert agg.stop() == 0
     finally:
         proxy.close()
+
+
+def reports_left(plane: ControlPlane) -> set[str]:
+    items = json.loads(plane.kubectl("get", "nodetopologies", "-o", "json").stdout)["items"]
+    return {o["metadata"]["name"] for o in items}
+
+
+def test_a_deleted_node_leaves_its_hypernode_and_its_report_is_collected(
+    plane: ControlPlane, cluster: dict[str, NodeReport]
+) -> None:
+    """Its agent pod stays Ready here (no pod GC runs), so only the Node list can say it is gone."""
+    want = expected(cluster)
+    agg = Aggregator(plane, "--report-gc-period", "0.5", name="gc")
+    wait_for(lambda: same_tree(plane, want), timeout=20, what="the HyperNode tree")
+    gone = nodes_of_model()[0]
+    leaf = leaf_of(want, gone)
+    plane.kubectl("delete", "node", gone)
+    remaining = {n: r for n, r in cluster.items() if n != gone}
+    want_after = expected(remaining)
+    wait_for(lambda: same_tree(plane, want_after), timeout=10, what="the tree without the deleted node")
+    after = live(plane)[leaf]
+    members = {m["selector"]["exactMatch"]["name"] for m in after["spec"]["members"]}
+    assert gone not in members and after["status"]["nodeCount"] == 3 and ready_of(after) == "True"
+    wait_for(lambda: gone not in reports_left(plane), timeout=10, what="the deleted node's report collected")
+    assert reports_left(plane) == set(remaining)
+    assert writes_of(agg.metrics(), "nodetopologies") == 1
+    assert agg.stop() == 0
+
+
+@pytest.mark.prometheus
+def test_a_real_prometheus_scraping_two_replicas_counts_every_hypernode_once(
+    plane: ControlPlane, cluster: dict[str, NodeReport]
+) -> None:
+    """The shipped Deployment runs two replicas; the dashboard's and the alerts' sums over both must
+    equal the cluster, not twice it."""
+    want = expected(cluster)
+    a, b = Aggregator(plane, name="prom-a"), Aggregator(plane, name="prom-b")
+    wait_for(lambda: same_tree(plane, want), timeout=20, what="the HyperNode tree")
+    sick = nodes_of_model()[0]
+    apply_objects(plane, [node_topology_object(failed(cluster[sick]))])
+    leaf = leaf_of(want, sick)
+    wait_for(lambda: ready_of(live(plane)[leaf]) == "False", timeout=10, what="Ready=False")
+    rules = yaml.safe_load(RULES.read_text())["spec"]["groups"]
+    not_ready = next(r["expr"] for g in rules for r in g["rules"] if r.get("alert") == "HypertopoHyperNodeNotReady")
+    dashboard = "sum by (tier_name, ready) (hypertopo_aggregator_hypernodes)"
+    with prometheus_scraping("hypertopo-aggregator", [a.port, b.port], rules) as prom:
+        wait_for(lambda: len(prometheus_query(prom, 'up{job="hypertopo-aggregator"} == 1')) == 2,
+                 timeout=30, interval=0.5, what="Prometheus scraping both replicas")  # fmt: skip
+        time.sleep(3)  # several scrapes of both replicas, each having reconciled many times
+        assert prometheus_query(prom, "sum(hypertopo_aggregator_hypernodes)") == {"": len(want)}
+        assert prometheus_query(prom, dashboard) == {
+            "ready=False,tier_name=leaf": 1, "ready=True,tier_name=leaf": 1, "ready=False,tier_name=spine": 1}  # fmt: skip
+        assert prometheus_query(prom, not_ready) == {"tier_name=leaf": 1, "tier_name=spine": 1}
+        assert prometheus_query(prom, "count(hypertopo_aggregator_stale_agents)") == {"": 1}
+        assert prometheus_query(prom, "sum(hypertopo_aggregator_is_leader)") == {"": 1}
+        leader = a if a.leading() else b
+        exporting = prometheus_query(prom, "count by (instance) (hypertopo_aggregator_hypernodes)")
+        assert list(exporting) == [f"instance=127.0.0.1:{leader.port}"]  # the leader's, only
+    assert a.stop() == 0 and b.stop() == 0

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from agent.cluster_model import parse_model
+from agent.collect import CollectConfig, Prober
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport, NvLinkDomain
+from agent.report import ComponentHealth, Health, NodeReport, NvLinkDomain, node_topology_object
 from aggregator.health import (
     Condition,
     HoldDown,
@@ -18,6 +20,7 @@ from aggregator.health import (
     evaluate,
     member_health,
 )
+from aggregator.sources.nodetopology import report_from_object
 
 MODEL = parse_model(
     {
@@ -59,6 +62,13 @@ def _with(report: NodeReport, component: str, state: Health, reason: str = "") -
         (_with(GOOD, "net", Health.FAILED), True, True, MemberState.UNHEALTHY, "link"),
         (_with(GOOD, "lldp", Health.FAILED), True, True, MemberState.HEALTHY, None),  # not a fabric fault
         (_with(GOOD, "nvml", Health.ABSENT), True, True, MemberState.HEALTHY, None),  # no GPUs is fine
+        (
+            _with(GOOD, "rdma", Health.UNUSED, "no RDMA port cabled: mlx5_0 port 1"),  # not a fault
+            True,
+            True,
+            MemberState.HEALTHY,
+            None,
+        ),
         (GOOD, False, True, MemberState.UNHEALTHY, "NodeNotReady"),
         (GOOD, True, False, MemberState.UNKNOWN, "AgentGone"),
         (None, True, True, MemberState.UNKNOWN, "ReportMissing"),
@@ -182,3 +192,12 @@ def test_condition_wire_form_is_a_metav1_condition() -> None:
         "lastTransitionTime": "2023-11-14T22:13:20Z",
         "observedGeneration": 2,
     }
+
+
+def test_a_report_with_a_never_cabled_port_read_from_the_wire_is_a_healthy_member() -> None:
+    """What the agent publishes for a dual-port HCA with port 2 never cabled (health `unused`)."""
+    tree = Path(__file__).parent / "fixtures" / "sysfs" / "down-port"
+    report = Prober(CollectConfig("n1", sysfs=tree, nvml="off"), links=lambda: ()).collect()
+    back = report_from_object(node_topology_object(report))
+    assert [p.health for p in back.rdma[0].ports] == [Health.OK, Health.UNUSED]
+    assert member_health(back, node_ready=True, agent_alive=True).state is MemberState.HEALTHY

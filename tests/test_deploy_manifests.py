@@ -1,9 +1,13 @@
 """The deployment in daemonset/ is real: it applies to a real API server, every ServiceAccount has
-exactly the access it needs, and the admission policy confines each agent to its own node."""
+exactly the access it needs, the admission policy confines each agent to its own node (in any
+namespace an overlay moves it to), an agent makes its Node the owner of its report, and the README's
+install steps never touch a HyperNode CRD that exists (Volcano's)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +17,7 @@ import pytest
 import yaml
 from controlplane.harness import ControlPlane
 
+from agent.adapters.kube import KubeApi
 from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,7 +78,9 @@ CAN_I: dict[str, list[tuple[str, str, str | None, bool]]] = {
     ],
     "hypertopo-aggregator": [
         ("watch", "nodetopologies.hypertopo.io", None, True),
+        ("delete", "nodetopologies.hypertopo.io", None, True),  # reports of deleted Nodes
         ("patch", "nodetopologies.hypertopo.io", None, False),
+        ("create", "nodetopologies.hypertopo.io", None, False),
         ("create", "hypernodes.topology.volcano.sh", None, True),
         ("delete", "hypernodes.topology.volcano.sh", None, True),
         ("patch", "hypernodes.topology.volcano.sh/status", None, True),
@@ -130,7 +137,7 @@ def test_no_service_account_holds_wildcard_or_secret_access(installed: ControlPl
             assert "secrets" not in rule["resources"]
 
 
-def _agent_token_on(installed: ControlPlane, node: str, unique: str) -> str:
+def _agent_token_on(installed: ControlPlane, node: str, unique: str, namespace: str = NS) -> str:
     installed.kubectl(
         "create",
         "-f",
@@ -140,7 +147,7 @@ def _agent_token_on(installed: ControlPlane, node: str, unique: str) -> str:
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"agent-{node}", "namespace": NS},
+        "metadata": {"name": f"agent-{node}", "namespace": namespace},
         "spec": {
             "nodeName": node,
             "serviceAccountName": "hypertopo-agent",
@@ -154,7 +161,7 @@ def _agent_token_on(installed: ControlPlane, node: str, unique: str) -> str:
         "token",
         "hypertopo-agent",
         "-n",
-        NS,
+        namespace,
         "--bound-object-kind=Pod",
         f"--bound-object-name=agent-{node}",
     ).stdout.strip()
@@ -207,6 +214,119 @@ def test_an_agent_may_write_its_own_nodes_topology_and_not_another_nodes(
     assert installed.kubectl("get", "ntopo", node_b, check=False).returncode != 0  # nothing written for B
 
 
+def _denied_until_enforced(installed: ControlPlane, kubeconfig: Path, node: str) -> Any:
+    """Applies `node`'s NodeTopology as that agent until refused (the API server loads a policy
+    change within seconds) or 20 s have passed; returns the last attempt."""
+    deadline = time.monotonic() + 20
+    proc = _apply_as(installed, kubeconfig, node)
+    while proc.returncode == 0 and time.monotonic() < deadline:
+        installed.kubectl("delete", "ntopo", node, "--ignore-not-found")
+        time.sleep(0.5)
+        proc = _apply_as(installed, kubeconfig, node)
+    return proc
+
+
+def test_the_own_node_guard_follows_a_namespace_overlay(installed: ControlPlane, unique: str, tmp_path: Path) -> None:
+    """`namespace:` in a kustomize overlay moves the agent's ServiceAccount and its RBAC binding;
+    the guard must move with them, not stay behind on hypertopo-system."""
+    namespace = f"ht-overlay-{unique}"
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(REPO / "daemonset", overlay)
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                     "namespace": namespace, "resources": [base]}  # fmt: skip
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    try:
+        installed.kubectl("apply", "--server-side", "-k", str(overlay))
+        node_a, node_b = f"node-ova-{unique}", f"node-ovb-{unique}"
+        token = _agent_token_on(installed, node_a, unique, namespace=namespace)
+        installed.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node",
+                                                                  "metadata": {"name": node_b}}))  # fmt: skip
+        kubeconfig = installed.kubeconfig_for(token, f"overlay-agent-{unique}")
+        whoami = json.loads(installed.kubectl("auth", "whoami", "-o", "json", kubeconfig=kubeconfig).stdout)
+        assert whoami["status"]["userInfo"]["username"] == f"system:serviceaccount:{namespace}:hypertopo-agent"
+        denied = _denied_until_enforced(installed, kubeconfig, node_b)
+        assert denied.returncode != 0, "an overlay's agent wrote another node's NodeTopology"
+        assert (
+            f"hypertopo-agent on node {node_a} may write only the NodeTopology named after its own node, not {node_b}"
+            in denied.stderr
+        )
+        allowed = _apply_as(installed, kubeconfig, node_a)  # RBAC follows the overlay too
+        assert allowed.returncode == 0, allowed.stderr
+    finally:  # the overlay re-bound the cluster-wide roles to its namespace: bind them back
+        installed.kubectl("apply", "--server-side", "-k", str(REPO / "daemonset"))
+        installed.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_an_agent_makes_its_node_the_owner_of_its_report(installed: ControlPlane, unique: str) -> None:
+    """So the garbage collector deletes the report of a deleted Node. The agent cannot read Nodes:
+    the UID comes from its pod-bound token."""
+    node = f"node-own-{unique}"
+    token = _agent_token_on(installed, node, unique)
+    node_uid = json.loads(installed.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["uid"]
+    api = KubeApi.from_config(str(installed.kubeconfig_for(token, f"owner-{unique}")))
+    api.apply(node_topology_object(NodeReport(node_name=node, health={"host": ComponentHealth(Health.OK)})))
+    stored = json.loads(installed.kubectl("get", "ntopo", node, "-o", "json").stdout)
+    assert stored["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}
+    ]
+
+
+def _kinds_and_names(apiserver: ControlPlane, path: Path) -> set[tuple[str, str]]:
+    docs = yaml.safe_load_all(apiserver.kubectl("kustomize", str(path)).stdout)
+    return {(d["kind"], d["metadata"]["name"]) for d in docs if d}
+
+
+def test_the_deployment_installs_no_crds_and_the_crd_kustomizations_split_own_from_upstream(
+    apiserver: ControlPlane,
+) -> None:
+    assert not {k for k, _ in _kinds_and_names(apiserver, REPO / "daemonset")} & {"CustomResourceDefinition"}
+    crd = "CustomResourceDefinition"
+    assert _kinds_and_names(apiserver, REPO / "daemonset" / "crds") == {(crd, "nodetopologies.hypertopo.io")}
+    assert _kinds_and_names(apiserver, REPO / "daemonset" / "crds" / "upstream") == {
+        (crd, "hypernodes.topology.volcano.sh"),
+        (crd, "podgroups.scheduling.x-k8s.io"),
+    }
+
+
+def readme_install_steps() -> list[list[str]]:
+    """The kubectl commands of the README's install block that change the cluster (monitoring
+    needs prometheus-operator's CRDs and is tested in test_deploy_monitoring)."""
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"## Install\n\n```\n(.*?)```", readme, re.S)
+    assert block, "README has no Install code block"
+    steps = []
+    for line in block.group(1).splitlines():
+        words = line.split("#", 1)[0].split()
+        if words[:2] in (["kubectl", "apply"], ["kubectl", "create"]) and "daemonset/monitoring/" not in words:
+            steps.append(words[1:])
+    return steps
+
+
+def test_the_readme_install_steps_never_touch_an_existing_hypernode_crd(installed: ControlPlane) -> None:
+    """The test API server has a HyperNode CRD already (as a Volcano cluster has Volcano's)."""
+
+    def crd() -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(
+            installed.kubectl("get", "crd", "hypernodes.topology.volcano.sh", "-o", "json").stdout
+        )
+        return doc
+
+    before = crd()
+    steps = readme_install_steps()
+    assert [s[0] for s in steps] == ["apply", "create", "apply"], steps
+    for step in steps:
+        proc = installed.kubectl(*[str(REPO / w) if w.startswith("daemonset/") else w for w in step], check=False)
+        if proc.returncode != 0:  # only `create` of a CRD that exists may refuse, and only that way
+            assert step[0] == "create", proc.stderr
+            refusals = [line for line in proc.stderr.splitlines() if line.strip()]
+            assert refusals and all("AlreadyExists" in line for line in refusals), proc.stderr
+    after = crd()
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["metadata"].get("managedFields") == before["metadata"].get("managedFields")
+    installed.kubectl("get", "crd", "nodetopologies.hypertopo.io")
+
+
 def test_an_agent_token_without_a_node_is_refused(installed: ControlPlane, unique: str) -> None:
     token = installed.kubectl("create", "token", "hypertopo-agent", "-n", NS).stdout.strip()  # not pod-bound
     kubeconfig = installed.kubeconfig_for(token, f"unbound-{unique}")
@@ -222,7 +342,7 @@ def test_an_agent_token_without_a_node_is_refused(installed: ControlPlane, uniqu
 EXACT_RULES: dict[str, dict[str, set[str]]] = {
     "hypertopo-agent": {"nodetopologies.hypertopo.io": {"get", "create", "patch"}},
     "hypertopo-aggregator": {
-        "nodetopologies.hypertopo.io": {"get", "list", "watch"},
+        "nodetopologies.hypertopo.io": {"get", "list", "watch", "delete"},
         "nodes": {"get", "list", "watch", "patch"},
         "hypernodes.topology.volcano.sh": {"get", "list", "watch", "create", "patch", "update", "delete"},
         "hypernodes.topology.volcano.sh/status": {"get", "patch", "update"},

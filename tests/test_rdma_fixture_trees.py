@@ -5,6 +5,7 @@ from __future__ import annotations
 import filecmp
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.probes import rdma
-from agent.report import Health, NodeReport, RdmaDevice, node_topology_object, report_from_spec
+from agent.report import (
+    ComponentHealth,
+    Health,
+    NodeReport,
+    RdmaDevice,
+    node_topology_object,
+    report_from_spec,
+)
 
 TREES = Path(__file__).parent / "fixtures" / "sysfs"
 # DGX H100: HCA i sits beside GPU i on one PCIe switch (build_trees.HGX_PAIRS)
@@ -86,6 +94,52 @@ def test_down_port_is_reported_down_and_polling_without_degrading_the_probe() ->
     assert (down.port, down.state, down.phys_state, down.netdev) == (2, "DOWN", "Polling", "ib1")
     summary = NodeReport(node_name="n", health={"rdma": result.health}, rdma=(dev,)).summary()
     assert summary.rdma_ports_up == 1
+
+
+def port_dir(tree: Path, device: str, port: int) -> Path:
+    return (tree / "class" / "infiniband" / device).resolve() / "ports" / str(port)
+
+
+def test_a_port_never_cabled_is_unused_not_down_and_the_component_stays_ok() -> None:
+    judged = rdma.judge(rdma.probe(TREES / "down-port"))
+    (dev,) = judged.value or ()
+    assert [(p.port, p.health) for p in dev.ports] == [(1, Health.OK), (2, Health.UNUSED)]
+    assert judged.health.state is Health.OK
+    wire = node_topology_object(NodeReport(node_name="n", health={"rdma": judged.health}, rdma=(dev,)))
+    assert [p["health"] for p in wire["spec"]["rdma"][0]["ports"]] == ["ok", "unused"]
+    assert report_from_spec(wire["spec"]).rdma[0].ports[1].health is Health.UNUSED
+
+
+def test_a_port_in_use_that_is_down_degrades_the_component_naming_the_port(tmp_path: Path) -> None:
+    tree = tmp_path / "sys"
+    shutil.copytree(TREES / "down-port", tree, symlinks=True)
+    (port_dir(tree, "mlx5_0", 2) / "counters" / "link_downed").write_text("1\n")  # its link went down once
+    judged = rdma.judge(rdma.probe(tree))
+    (dev,) = judged.value or ()
+    assert dev.ports[1].health is Health.FAILED
+    assert judged.health == ComponentHealth(Health.DEGRADED, "mlx5_0 port 2 DOWN (phys_state Polling)")
+    # seen ACTIVE by this agent before (the counter may have been reset): in use, too
+    seen = rdma.judge(rdma.probe(TREES / "down-port"), seen_active={("mlx5_0", 2)})
+    assert seen.health.state is Health.DEGRADED and (seen.value or ())[0].ports[1].health is Health.FAILED
+
+
+def test_an_hca_with_no_port_cabled_is_unused(tmp_path: Path) -> None:
+    tree = tmp_path / "sys"
+    shutil.copytree(TREES / "down-port", tree, symlinks=True)
+    (port_dir(tree, "mlx5_0", 1) / "state").write_text("1: DOWN\n")
+    (port_dir(tree, "mlx5_0", 1) / "phys_state").write_text("3: Disabled\n")
+    judged = rdma.judge(rdma.probe(tree))
+    assert judged.health == ComponentHealth(Health.UNUSED, "no RDMA port cabled: mlx5_0 port 1, mlx5_0 port 2")
+    assert NodeReport(node_name="n", health={"rdma": judged.health}).overall_health() is Health.OK
+
+
+def test_a_sysfs_root_that_is_not_mounted_fails_instead_of_saying_absent(tmp_path: Path) -> None:
+    for root, why in ((tmp_path / "host" / "sys", "does not exist"), (tmp_path, "has no class/ directory")):
+        result = rdma.probe(root)
+        assert result.health.state is Health.FAILED and result.value is None
+        assert result.health.reason == (
+            f"host sysfs root missing: {root} {why} (is the host's /sys mounted there? see --sysfs)"
+        )
 
 
 def test_garbled_files_degrade_with_a_reason_naming_each_file_and_lose_nothing_else() -> None:

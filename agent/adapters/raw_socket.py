@@ -6,8 +6,11 @@ filters multicast still passes them up. Needs CAP_NET_RAW (not `privileged`).
 
 The loop waits at most `poll_s` in `select`, so `stop()` returns promptly; it drains every ready
 socket, expires neighbours whose TTL ran out, and calls `on_change` once per batch when the
-table's content changed. An interface that cannot be opened (not there yet, down, gone) is
-retried every `retry_s`; its reason is kept in `errors`. Nothing here raises out of the thread.
+table's content changed. An interface that cannot be opened (not there yet, down, gone, or no
+CAP_NET_RAW) is retried every `retry_s`; its reason is kept in `errors`, and `judge` turns those
+reasons into the LLDP component's health, so a listener that cannot listen is reported as failing,
+never as an "ok" with no neighbours. A change of `errors` also calls `on_change`, so the report
+says so within one probe cycle. Nothing here raises out of the thread.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ def open_lldp_socket(interface: str) -> socket.socket:
     return sock
 
 
+def open_error(exc: OSError) -> str:
+    """Why a raw socket could not be opened, with the fix when it is a missing capability."""
+    text = exc.strerror or str(exc)
+    if exc.errno in (errno.EPERM, errno.EACCES):
+        return f"{text} (raw sockets need CAP_NET_RAW: add it to the agent container's capabilities)"
+    return text
+
+
 class LldpListener:
     """Background thread: raw LLDP frames on `interfaces` -> `table`; `on_change()` on news."""
 
@@ -80,23 +91,28 @@ class LldpListener:
         self._thread: threading.Thread | None = None
         self._seen_generation = table.generation
         self.errors: dict[str, str] = {}  # interface -> why it is not being listened on
+        self._seen_errors: dict[str, str] = {}
 
     @property
     def listening(self) -> frozenset[str]:
         return frozenset(self._sockets)
 
     def probe(self, now: float | None = None) -> ProbeResult[tuple[LldpNeighbour, ...]]:
-        """The LLDP component's result: the table's neighbours, degraded when some interfaces
-        cannot be listened on, failed when none can, absent when there is nothing to listen on."""
+        """The LLDP component's result from this listener's table (see `judge`)."""
+        return self.judge(self.table.snapshot(self._clock() if now is None else now))
+
+    def judge(self, result: ProbeResult[tuple[LldpNeighbour, ...]]) -> ProbeResult[tuple[LldpNeighbour, ...]]:
+        """`result` (the table's snapshot) with this listener's health: degraded when some
+        interfaces cannot be listened on, failed when none can, absent when there is nothing to
+        listen on. The neighbours already known are kept either way."""
         if not self._wanted:
-            return ProbeResult.absent("no interfaces to listen on for LLDP")
-        result = self.table.snapshot(self._clock() if now is None else now)
+            return ProbeResult(result.value, ComponentHealth(Health.ABSENT, "no interfaces to listen on"))
         errors = dict(self.errors)
         if not errors:
             return result
         reason = "; ".join(errors[name] for name in sorted(errors))
         if not self._sockets:
-            return ProbeResult.failed(reason)
+            return ProbeResult(result.value, ComponentHealth(Health.FAILED, reason))
         return ProbeResult(result.value, ComponentHealth(Health.DEGRADED, reason))
 
     def set_interfaces(self, interfaces: Iterable[str]) -> None:
@@ -146,13 +162,15 @@ class LldpListener:
         for interface in set(self._sockets) - self._wanted:
             self._close(interface)
             self.table.forget(interface)
+        for interface in set(self.errors) - self._wanted:
+            del self.errors[interface]
         for interface in self._wanted - set(self._sockets):
             if now < self._next_retry.get(interface, 0.0):
                 continue
             try:
                 sock = self._opener(interface)
             except OSError as exc:
-                self.errors[interface] = f"cannot listen on {interface}: {exc.strerror or exc}"
+                self.errors[interface] = f"cannot listen on {interface}: {open_error(exc)}"
                 self._next_retry[interface] = now + self._retry_s
                 continue
             self._sockets[interface] = sock
@@ -192,10 +210,10 @@ class LldpListener:
         sock.close()
 
     def _notify(self) -> None:
-        generation = self.table.generation
-        if generation == self._seen_generation:
+        generation, errors = self.table.generation, dict(self.errors)
+        if generation == self._seen_generation and errors == self._seen_errors:
             return
-        self._seen_generation = generation
+        self._seen_generation, self._seen_errors = generation, errors
         try:
             self._on_change()
         except Exception:

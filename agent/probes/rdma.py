@@ -20,15 +20,26 @@ Layout read here (per device `<dev>` under `class/infiniband/`):
     ports/<n>/counters/*, counters_ext/*, hw_counters/*   error and traffic counters (metrics only;
                                   IB data counters count 4-octet words, as the IBTA PMA defines)
 
-Absent hardware (no `class/infiniband` or an empty one) is ABSENT. A garbled or missing file never
-raises: the value becomes None/"UNKNOWN" and the result is DEGRADED with a reason naming the file.
-Port state is reported as read, not judged: an unused port that is DOWN is not a probe failure;
-the aggregator decides what a down port means for the fabric.
+Absent hardware (no `class/infiniband` or an empty one) is ABSENT, but only on a real sysfs: a
+`--sysfs` root without `class/` (the host's /sys not mounted where the flag points) is FAILED, as
+"no RDMA here" would be a lie about a node whose HCAs we simply cannot see. A garbled or missing
+file never raises: the value becomes None/"UNKNOWN" and the result is DEGRADED with a reason
+naming the file.
+
+`probe` reports port state as read; `judge` then gives each port and the component a health: an
+ACTIVE port is ok; a port whose link never trained since boot (phys_state Polling or Disabled, its
+`link_downed` counter still 0, never seen ACTIVE by this agent) was never cabled and is `unused`,
+which is quiet (no alert, no unhealthy node); any other port that is not ACTIVE is in use and
+down, which degrades the component (the probe itself worked: degraded, not failed). So the report,
+the metrics and the HyperNode's Ready condition all say the same thing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from agent.probes.sysfs_attr import Problems, list_dir, pci_address, read_bytes, read_int, read_text
@@ -46,11 +57,28 @@ _RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec\b")
 _LINK_LAYERS = ("InfiniBand", "Ethernet")
 _COUNTER_DIRS = ("counters", "counters_ext", "hw_counters")
 _NOT_AVAILABLE = "N/A"  # e.g. "N/A (no PMA)" from iWARP devices: counter not supported
+# PortPhysicalState of a link that never trained: no cable or no far end (2: Polling) or switched
+# off (3: Disabled), IBTA vol. 1 14.2.5.6; mlx5 reports the same for RoCE ports.
+UNTRAINED = frozenset({"Polling", "Disabled"})
+ACTIVE = "ACTIVE"
+
+PortKey = tuple[str, int]  # (device, port number)
 
 
 def probe(sysfs: Path) -> ProbeResult[tuple[RdmaDevice, ...]]:
     """All RDMA devices under `<sysfs>/class/infiniband` (sysfs is the host's /sys, injected)."""
+    missing = missing_sysfs(sysfs)
+    if missing:
+        return ProbeResult.failed(missing)
     return probe_class_dir(sysfs / "class" / "infiniband")
+
+
+def missing_sysfs(sysfs: Path) -> str:
+    """Why `sysfs` is not a sysfs root ("" when it is): every sysfs has `class/`."""
+    if (sysfs / "class").is_dir():
+        return ""
+    what = "does not exist" if not sysfs.exists() else "has no class/ directory"
+    return f"host sysfs root missing: {sysfs} {what} (is the host's /sys mounted there? see --sysfs)"
 
 
 def probe_class_dir(class_dir: Path) -> ProbeResult[tuple[RdmaDevice, ...]]:
@@ -229,3 +257,55 @@ def _counter(path: Path, problems: Problems) -> int | None:
     if text is not None and text != "" and not text.startswith(_NOT_AVAILABLE):
         problems.add(path, f"not a counter value: {text[:40]!r}")
     return None
+
+
+# --- judging port state -------------------------------------------------------------------------
+
+
+def active_ports(devices: Iterable[RdmaDevice]) -> set[PortKey]:
+    """The ports that are ACTIVE now (the agent remembers them: a port once up is in use)."""
+    return {(d.name, p.port) for d in devices for p in d.ports if p.state == ACTIVE}
+
+
+def port_health(device: str, port: RdmaPort, *, seen_active: AbstractSet[PortKey]) -> Health | None:
+    """ok, unused or failed (see the module docstring); None when the state could not be read."""
+    if port.state == ACTIVE:
+        return Health.OK
+    if port.state == UNKNOWN_STATE:
+        return None
+    trained_once = (device, port.port) in seen_active or bool(port.counters.get("link_downed"))
+    if port.phys_state in UNTRAINED and not trained_once:
+        return Health.UNUSED
+    return Health.FAILED
+
+
+def judge(
+    result: ProbeResult[tuple[RdmaDevice, ...]], *, seen_active: AbstractSet[PortKey] = frozenset()
+) -> ProbeResult[tuple[RdmaDevice, ...]]:
+    """`result` with each port's health set, and the component's health from the ports."""
+    if not result.value:
+        return result
+    devices = tuple(_judged(device, seen_active) for device in result.value)
+    return ProbeResult(devices, _component(devices, result.health))
+
+
+def _judged(device: RdmaDevice, seen_active: AbstractSet[PortKey]) -> RdmaDevice:
+    ports = tuple(
+        dataclasses.replace(port, health=port_health(device.name, port, seen_active=seen_active))
+        for port in device.ports
+    )
+    return dataclasses.replace(device, ports=ports)
+
+
+def _component(devices: tuple[RdmaDevice, ...], read: ComponentHealth) -> ComponentHealth:
+    """Degraded when ports in use are down (the probe itself worked: not `failed`), unused when
+    every port is unused, else what reading sysfs gave."""
+    ports = [(d.name, p) for d in devices for p in d.ports]
+    down = [f"{name} port {p.port} {p.state} (phys_state {p.phys_state})"
+            for name, p in ports if p.health is Health.FAILED]  # fmt: skip
+    if down:
+        return ComponentHealth(Health.DEGRADED, "; ".join([*down, *([read.reason] if read.reason else [])]))
+    if read.state is Health.OK and ports and all(p.health is Health.UNUSED for _, p in ports):
+        unused = ", ".join(f"{name} port {p.port}" for name, p in ports)
+        return ComponentHealth(Health.UNUSED, f"no RDMA port cabled: {unused}")
+    return read

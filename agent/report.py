@@ -191,6 +191,10 @@ class LldpNeighbour:
     system_name: str | None = None
     system_description: str | None = None
     management_addresses: tuple[str, ...] = ()
+    # enabled system capabilities (802.1AB 8.5.8, lldpd's names: "Bridge", "Router", "Station",
+    # ...); a neighbour that enables neither Bridge nor Router is not a switch. None when unknown:
+    # no System Capabilities TLV (optional; some switches send none), or an older agent's report
+    capabilities: tuple[str, ...] | None = None
 
 
 # --- the whole report --------------------------------------------------------------------------

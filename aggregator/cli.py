@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -90,7 +91,17 @@ def _inputs(args: argparse.Namespace) -> ClusterInputs:
         label_levels=labels.parse_levels(args.label_levels) if args.label_levels else (),
         model=model,
         include_fabric_hosts=not reports,
+        fabric_interfaces=_pattern(args.fabric_interfaces),
     )
+
+
+def _pattern(text: str | None) -> str | None:
+    if text is not None:
+        try:
+            re.compile(text)
+        except re.error as exc:
+            raise InputError(f"--fabric-interfaces {text!r}: not a regular expression: {exc}") from exc
+    return text
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -144,6 +155,12 @@ def _add_render(sub: Any) -> None:
         "(named after the switch unless it holds a local-chassis section)",
     )
     render.add_argument("--model", metavar="FILE", help="a cluster model file (switch tree + node blocks)")
+    render.add_argument(
+        "--fabric-interfaces",
+        metavar="REGEX",
+        help="interfaces whose LLDP neighbours are fabric cabling (default: those carrying an RDMA "
+        "device; every interface of a report without one)",
+    )
     render.add_argument(
         "--label-levels",
         metavar="KEYS",

@@ -41,6 +41,7 @@ from aggregator.sources.switch_lldp import SwitchTable
 from aggregator.tiers import DomainTree, infer
 
 NODE_LABEL_PREFIX = "hypertopo.io/"
+CABLING = "Cabling"  # member health cause: a node lacks cables its leaf domain's other nodes have
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class ClusterInputs:
     label_levels: Sequence[str] = ()
     model: ClusterModel | None = None
     include_fabric_hosts: bool = False  # make hosts named in the dump nodes (render without a cluster)
+    # regex of the interfaces whose LLDP neighbours are fabric cabling; None: the RDMA-capable ones
+    # (sources.nodetopology)
+    fabric_interfaces: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ def build_graph(inputs: ClusterInputs) -> FabricGraph:
     for node in (*inputs.reports, *inputs.node_ready, *inputs.node_labels):
         graph.add_node(node)
     for report in inputs.reports.values():
-        nodetopology.apply(graph, report)
+        nodetopology.apply(graph, report, inputs.fabric_interfaces)
     if inputs.model is not None:
         model.apply(graph, inputs.model, declare_nodes=not inputs.node_ready)
     if inputs.fabric is not None:
@@ -141,7 +145,7 @@ class Pipeline:
             reports[node] = report
         self._inputs = dataclasses.replace(inputs, reports=reports)
         old = self._graph.facts.get(node)
-        new = nodetopology.facts_of(report) if report is not None else None
+        new = nodetopology.facts_of(report, inputs.fabric_interfaces) if report is not None else None
         if node not in self._graph.nodes or old != new:
             return self.compute(self._inputs, now)
         return self._refresh_node(node, now)
@@ -170,11 +174,16 @@ class Pipeline:
     def _member(self, node: str) -> MemberHealth:
         inputs = self._require_inputs()
         agents = inputs.agent_ready
-        return member_health(
+        health = member_health(
             inputs.reports.get(node),
             node_ready=inputs.node_ready.get(node),
             agent_alive=None if agents is None else agents.get(node, False),
         )
+        missing = self._tree.uncabled.get(node) if self._tree is not None else None
+        if not missing or health.state is MemberState.UNKNOWN:
+            return health
+        problem = f"not cabled to {', '.join(missing)} (the rest of its leaf domain is)"
+        return MemberHealth(MemberState.UNHEALTHY, (*health.problems, problem), health.causes | {CABLING})
 
     def _refresh_node(self, node: str, now: float) -> Desired:
         health = self._health[node] = self._member(node)

@@ -4,7 +4,9 @@ Candidate domains come from the graph:
 
 * `nvlink`: nodes sharing a multi-node NVLink clique;
 * `leaf`: nodes cabled to the same SET of switches (on a rail-optimised fabric every node of a
-  scalable unit touches the same leaf in each rail, so the rail group is one domain);
+  scalable unit touches the same leaf in each rail, so the rail group is one domain); a node
+  cabled to most of a bigger group's leaves (one rail cable down) belongs to that group, and its
+  missing cables are listed (`DomainTree.uncabled`) as a fault of the node;
 * `spine`, `core` (and `core2`, ... on deeper fabrics): switches one, two, ... levels above the
   leaves; leaf domains whose uplinks reach a common switch of a level share that level's domain;
 * label levels (sources.labels): above the highest switch level, finest label first.
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from aggregator.graph import FabricGraph
@@ -78,6 +80,9 @@ class DomainTree:
     tiers: tuple[str, ...]  # tier name of tier 1, 2, ...
     lowest: Mapping[str, str]  # node -> key of the smallest domain holding it
     dropped: tuple[tuple[str, str], ...] = ()  # (key, reason)
+    # node -> leaves of its leaf domain it has no cable to (a cable down, an HCA out): a fault of
+    # that node, not a domain of its own
+    uncabled: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def ancestors(self, key: str) -> list[str]:
         """The key itself and every domain above it, innermost first."""
@@ -232,8 +237,9 @@ def _promoted(graph: FabricGraph, hosts_on: Mapping[str, int]) -> set[str]:
     return {s for s, peers in neighbours.items() if len(peers) >= 2 and len(peers) > hosts_on[s]}
 
 
-def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int]:
-    """Leaf domains and the domains of every level above them; also the number of levels."""
+def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int, dict[str, tuple[str, ...]]]:
+    """Leaf domains and the domains of every level above them; also the number of levels and the
+    nodes cabled to only part of their leaf domain's leaves (see `_leaf_groups`)."""
     attached = {n: graph.attached_switches(n) for n in graph.nodes}
     hosts_on: dict[str, int] = defaultdict(int)
     for switches in attached.values():
@@ -241,7 +247,7 @@ def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int]:
             hosts_on[switch] += 1
     promoted = _promoted(graph, hosts_on)
     # a node's leaf set leaves out spines it is also cabled to; a node only on spines has no leaf
-    leaf_groups = _group((n, (sw - promoted) or sw) for n, sw in attached.items())
+    leaf_groups, uncabled = _leaf_groups({n: (sw - promoted) or sw for n, sw in attached.items() if sw})
     domains = [
         Domain("leaf:" + "+".join(sorted(sw)), "leaf", tuple(sorted(sw)), frozenset(ns))
         for sw, ns in leaf_groups.items()
@@ -260,7 +266,42 @@ def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int]:
     top = max(levels.values(), default=0)
     for level in range(1, top + 1):
         domains.extend(_level_domains(leaf_groups, above, levels, level))
-    return domains, (top + 1 if leaves else 0)
+    return domains, (top + 1 if leaves else 0), uncabled
+
+
+def _leaf_groups(
+    leaf_sets: Mapping[str, frozenset[str]],
+) -> tuple[dict[frozenset[str], set[str]], dict[str, tuple[str, ...]]]:
+    """Nodes grouped by the leaves they share, and the leaves each grouped node lacks.
+
+    Nodes cabled to the same set of leaves are a group (every node of a rail-optimised scalable
+    unit touches the same leaf in each rail). A node that shares most of a bigger group's leaves,
+    with most of its own leaves among them (more than half each way), belongs to that group: one
+    rail cable down, or one cable in the wrong unit, is a fault of the node, not a domain of its
+    own, and must not shrink the unit. Groups are settled biggest first (most nodes, then most
+    leaves, then by name), so the answer does not depend on input order. A node dual-homed to two
+    leaves shares only half its leaves with either leaf's nodes, and they half of theirs with it,
+    so it stays a group of its own, as does a node with half its rails down."""
+    exact = _group(leaf_sets.items())
+    groups: dict[frozenset[str], set[str]] = {}
+    holding: dict[str, list[frozenset[str]]] = defaultdict(list)  # leaf -> groups with it
+    uncabled: dict[str, tuple[str, ...]] = {}
+    for switches in sorted(exact, key=lambda sw: (-len(exact[sw]), -len(sw), sorted(sw))):
+        shared: dict[frozenset[str], int] = defaultdict(int)
+        for leaf in switches:
+            for group in holding[leaf]:
+                shared[group] += 1
+        best = min(shared, key=lambda g: (-shared[g], -len(groups[g]), sorted(g)), default=None)
+        if best is not None and 2 * shared[best] > max(len(switches), len(best)):
+            groups[best] |= exact[switches]
+            missing = tuple(sorted(best - switches))
+            if missing:
+                uncabled.update(dict.fromkeys(exact[switches], missing))
+            continue
+        groups[switches] = set(exact[switches])
+        for leaf in switches:
+            holding[leaf].append(switches)
+    return groups, uncabled
 
 
 def _level_domains(
@@ -380,16 +421,17 @@ class _Nesting:
             self.top[node] = domain.key
 
 
-def candidates(graph: FabricGraph) -> tuple[list[Domain], list[str]]:
-    """Every candidate domain and the cluster's ranked kinds (lowest first)."""
-    switch_domains, switch_levels = _switch_domains(graph)
+def candidates(graph: FabricGraph) -> tuple[list[Domain], list[str], dict[str, tuple[str, ...]]]:
+    """Every candidate domain, the cluster's ranked kinds (lowest first), and the nodes cabled to
+    only part of their leaf domain's leaves."""
+    switch_domains, switch_levels, uncabled = _switch_domains(graph)
     label_domains = _label_domains(graph, switch_levels)
     found = _nvlink_domains(graph) + switch_domains + label_domains
-    return found, _ranked_kinds(found, switch_levels, len(graph.label_levels))
+    return found, _ranked_kinds(found, switch_levels, len(graph.label_levels)), uncabled
 
 
 def infer(graph: FabricGraph) -> DomainTree:
-    found, kinds = candidates(graph)
+    found, kinds, uncabled = candidates(graph)
     rank = {kind: i for i, kind in enumerate(kinds)}
     nest = _Nesting({}, {}, {}, {}, {}, defaultdict(list), [])
     for domain in sorted(found, key=lambda d: (rank[d.kind], d.key)):
@@ -408,4 +450,4 @@ def infer(graph: FabricGraph) -> DomainTree:
         for key, d in nest.accepted.items()
     }
     lowest = {n: key for key, td in domains.items() for n in td.direct_nodes}
-    return DomainTree(domains, tuple(used), lowest, tuple(nest.dropped))
+    return DomainTree(domains, tuple(used), lowest, tuple(nest.dropped), uncabled)

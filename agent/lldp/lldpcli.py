@@ -10,8 +10,8 @@ carry the same facts in different shapes:
 - `keyvalue` prints `lldp.<interface>.<path>=<value>` lines, with multi-line values continuing
   on lines of their own (a Cisco system description).
 
-All three end in the same `LldpNeighbour` the raw-frame path builds (lldpd's subtype names).
-A TTL that lldpd did not print is reported as 0 (unknown).
+All three end in the same `LldpNeighbour` the raw-frame path builds (lldpd's subtype names,
+capability names). A TTL that lldpd did not print is reported as 0 (unknown).
 """
 
 from __future__ import annotations
@@ -89,7 +89,15 @@ def _json_neighbour(ifname: str, body: Mapping[str, Any]) -> LldpNeighbour | Non
         system_name=name,
         system_description=chassis.get("descr"),
         management_addresses=tuple(str(a) for a in _as_list(chassis.get("mgmt-ip"))),
+        capabilities=_enabled(chassis.get("capability")),
     )
+
+
+def _enabled(capabilities: Any) -> tuple[str, ...] | None:
+    """Enabled capabilities of `"capability": [{"type": "Bridge", "enabled": true}, ...]` (json
+    and json0 alike; json collapses a single one into an object); None when none were sent."""
+    listed = [c for c in _as_list(capabilities) if isinstance(c, Mapping) and "type" in c]
+    return tuple(str(c["type"]) for c in listed if c.get("enabled")) if listed else None
 
 
 def _ttl(value: Any) -> int:
@@ -132,6 +140,7 @@ def _json0_interfaces(top: Mapping[str, Any]) -> Iterator[LldpNeighbour]:
             system_name=_first(chassis.get("name")),
             system_description=_first(chassis.get("descr")),
             management_addresses=tuple(_values(chassis.get("mgmt-ip"))),
+            capabilities=_enabled(chassis.get("capability")),
         )
 
 
@@ -142,6 +151,9 @@ _KEYVALUE = re.compile(
     r"^lldp\.(?P<ifname>.+?)\.(?P<key>(?:via|rid|age|chassis|port|vlan|ppvid|pi|lldp-med|unknown-tlvs)"
     r"(?:\.[^=]*)?)=(?P<value>.*)$"
 )
+
+
+_CAPABILITY = re.compile(r"^chassis\.[A-Za-z-]+\.enabled$")  # lldp.eno1.chassis.Bridge.enabled=on
 
 
 def _keyvalue_records(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -191,7 +203,14 @@ def _keyvalue_neighbour(ifname: str, pairs: list[tuple[str, str]]) -> LldpNeighb
         system_name=first.get("chassis.name"),
         system_description=first.get("chassis.descr"),
         management_addresses=tuple(addresses),
+        capabilities=_enabled_keyvalue(pairs),
     )
+
+
+def _enabled_keyvalue(pairs: list[tuple[str, str]]) -> tuple[str, ...] | None:
+    """`chassis.Bridge.enabled=on` lines -> ("Bridge", ...); None when there are none."""
+    listed = [(key.split(".")[1], value) for key, value in pairs if _CAPABILITY.match(key)]
+    return tuple(name for name, value in listed if value == "on") if listed else None
 
 
 def parse_keyvalue(text: str) -> list[LldpNeighbour]:

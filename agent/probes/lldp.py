@@ -43,6 +43,7 @@ def neighbour_from_frame(interface: str, frame: LldpFrame) -> LldpNeighbour:
         system_name=frame.system_name,
         system_description=frame.system_description,
         management_addresses=tuple(m.address for m in frame.management_addresses),
+        capabilities=frame.capabilities.enabled if frame.capabilities else None,
     )
 
 

@@ -5,14 +5,26 @@ switch at the other end (by system name; by chassis ID when the switch announces
 RDMA devices carry the GUIDs under which fabric dumps (ibnetdiscover, UFM) know the node, and the
 GPUs' fabric info names the multi-node NVLink clique. A single-node NVLink board (HGX) is not a
 multi-node domain, so it yields none.
+
+Only the fabric's cables count. The DaemonSet listens on every interface, so an agent also hears
+the rack's management switch on its management NIC; counted, that switch would split every
+scalable unit by rack. So by default only neighbours heard on fabric NICs count: interfaces that
+carry an RDMA device (its port's netdev, a slave of a bonded one, or a NIC sharing its PCI
+function), or, when a pattern is given (`--fabric-interfaces`), interfaces whose name matches it.
+A report without any RDMA device (an Ethernet-only node, an agent run with `--interfaces` on
+plain NICs) cannot tell, so all its neighbours count. And a neighbour that announces
+capabilities without Bridge or Router (a host's lldpd, a phone, an access point) is not a switch;
+one that announces none (some switches send no System Capabilities TLV) is given the benefit.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent.report import NodeReport, report_from_spec
+from agent.report import LldpNeighbour, NodeReport, report_from_spec
 from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -40,7 +52,47 @@ def nvlink_domain_id(report: NodeReport) -> str | None:
     return f"{domain.cluster_uuid}/{domain.clique_id}"
 
 
-def facts_of(report: NodeReport) -> NodeFacts:
+SWITCH_CAPABILITIES = frozenset({"Bridge", "Router"})
+
+
+@functools.lru_cache(maxsize=16)
+def _pattern(text: str) -> re.Pattern[str]:
+    return re.compile(text)
+
+
+def fabric_interfaces(report: NodeReport, pattern: str | None = None) -> frozenset[str] | None:
+    """Names of the interfaces whose LLDP neighbours are fabric cabling; None: all of them."""
+    if pattern is not None:
+        wanted = _pattern(pattern)
+        names = {i.name for i in report.interfaces} | {n.interface for n in report.lldp}
+        return frozenset(name for name in names if wanted.search(name))
+    if not report.rdma:
+        return None
+    netdevs = {p.netdev for d in report.rdma for p in d.ports if p.netdev}
+    functions = {d.pci_address for d in report.rdma if d.pci_address}
+    return frozenset(netdevs) | {
+        i.name
+        for i in report.interfaces
+        if i.bond_master in netdevs or (i.pci_address is not None and i.pci_address in functions)
+    }
+
+
+def is_switch(neighbour: LldpNeighbour) -> bool:
+    """False for a neighbour that announces capabilities and enables neither Bridge nor Router."""
+    return neighbour.capabilities is None or bool(SWITCH_CAPABILITIES.intersection(neighbour.capabilities))
+
+
+def cabled_switches(report: NodeReport, fabric_pattern: str | None = None) -> frozenset[str]:
+    """IDs of the switches the node's fabric NICs are cabled to, from its LLDP neighbours."""
+    fabric = fabric_interfaces(report, fabric_pattern)
+    return frozenset(
+        switch_id(n.system_name, n.chassis_id)
+        for n in report.lldp
+        if (fabric is None or n.interface in fabric) and is_switch(n)
+    )
+
+
+def facts_of(report: NodeReport, fabric_pattern: str | None = None) -> NodeFacts:
     guids: set[str] = set()
     for device in report.rdma:
         for guid in (device.node_guid, device.sys_image_guid):
@@ -49,15 +101,15 @@ def facts_of(report: NodeReport) -> NodeFacts:
         for port in device.ports:
             guids.update(g for g in (_gid_guid(gid) for gid in port.gids) if g and g != "0" * 16)
     return NodeFacts(
-        switches=frozenset(switch_id(n.system_name, n.chassis_id) for n in report.lldp),
+        switches=cabled_switches(report, fabric_pattern),
         guids=frozenset(guids),
         nvlink=nvlink_domain_id(report),
     )
 
 
-def apply(graph: FabricGraph, report: NodeReport) -> None:
+def apply(graph: FabricGraph, report: NodeReport, fabric_pattern: str | None = None) -> None:
     """Replaces the node's facts in the graph by those of its (new) report."""
-    graph.set_node_facts(report.node_name, facts_of(report))
+    graph.set_node_facts(report.node_name, facts_of(report, fabric_pattern))
 
 
 def report_from_object(obj: Mapping[str, Any]) -> NodeReport:

@@ -70,9 +70,25 @@ def load_reports(paths: Sequence[str]) -> dict[str, NodeReport]:
     return reports
 
 
+def load_nodes(paths: Sequence[str]) -> dict[str, bool]:
+    """Node objects (`kubectl get nodes -o yaml`: a List, documents or one object) -> node name ->
+    Ready (a node without conditions counts as Ready)."""
+    nodes: dict[str, bool] = {}
+    for raw in paths:
+        for obj in _documents(Path(raw)):
+            if obj.get("kind") != "Node" or not (obj.get("metadata") or {}).get("name"):
+                continue
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            ready = [c.get("status") == "True" for c in conditions if c.get("type") == "Ready"]
+            nodes[str(obj["metadata"]["name"])] = ready[0] if ready else True
+    return nodes
+
+
 def _inputs(args: argparse.Namespace) -> ClusterInputs:
     reports = load_reports(args.reports or [])
-    fabric = ibnetdiscover.parse_file(args.ibnetdiscover) if args.ibnetdiscover else None
+    nodes = load_nodes(args.nodes or [])
+    dumps = [ibnetdiscover.parse_file(path) for path in args.ibnetdiscover or []]
+    fabric = ibnetdiscover.merge(dumps) if dumps else None
     tables = switch_lldp.load_files(args.switch_lldp or [])
     model = load_model(args.model) if args.model else None
     node_labels: dict[str, dict[str, str]] = {}
@@ -85,22 +101,26 @@ def _inputs(args: argparse.Namespace) -> ClusterInputs:
         )
     return ClusterInputs(
         reports=reports,
+        node_ready=nodes,
         node_labels=node_labels,
         fabric=fabric,
         switch_tables=tables,
         label_levels=labels.parse_levels(args.label_levels) if args.label_levels else (),
         model=model,
-        include_fabric_hosts=not reports,
-        fabric_interfaces=_pattern(args.fabric_interfaces),
+        include_fabric_hosts=not reports and not nodes,
+        fabric_interfaces=_pattern(args.fabric_interfaces, "--fabric-interfaces"),
+        host_names=ibnetdiscover.HostNames(
+            pattern=_pattern(args.dump_host_regex, "--dump-host-regex"), domain=args.strip_domain
+        ),
     )
 
 
-def _pattern(text: str | None) -> str | None:
+def _pattern(text: str | None, option: str) -> str | None:
     if text is not None:
         try:
             re.compile(text)
         except re.error as exc:
-            raise InputError(f"--fabric-interfaces {text!r}: not a regular expression: {exc}") from exc
+            raise InputError(f"{option} {text!r}: not a regular expression: {exc}") from exc
     return text
 
 
@@ -127,6 +147,16 @@ def cmd_render(args: argparse.Namespace) -> int:
     if desired.tree is not None:
         for key, reason in desired.tree.dropped:
             print(f"hypertopo-aggregator render: dropped domain {key}: {reason}", file=sys.stderr)
+        for node, missing in sorted(desired.tree.uncabled.items()):
+            print(
+                f"hypertopo-aggregator render: {node} is not cabled to {', '.join(missing)} "
+                "(the rest of its leaf domain is)",
+                file=sys.stderr,
+            )
+    for warning in desired.warnings:
+        print(f"hypertopo-aggregator render: warning: {warning}", file=sys.stderr)
+    if not desired.hypernodes and (inputs.reports or inputs.node_ready or inputs.fabric):
+        print("hypertopo-aggregator render: no HyperNodes: no node was placed on a switch", file=sys.stderr)
     return 0
 
 
@@ -143,9 +173,32 @@ def _add_render(sub: Any) -> None:
         help="NodeTopology objects: files (one object, YAML documents or a List) or directories",
     )
     render.add_argument(
+        "--nodes",
+        nargs="+",
+        metavar="PATH",
+        help="Node objects (`kubectl get nodes -o yaml`): the cluster's nodes, for a cluster without "
+        "agents (dump hosts are then matched to these names)",
+    )
+    render.add_argument(
         "--ibnetdiscover",
+        nargs="+",
         metavar="FILE",
-        help="an `ibnetdiscover` dump (topology or `-s -p` port format): switch links, HCAs",
+        help="`ibnetdiscover` dumps (topology or `-s -p` port format): switch links, HCAs; one per "
+        "subnet where each rail or plane is a fabric of its own",
+    )
+    render.add_argument(
+        "--strip-domain",
+        nargs="?",
+        const=".",
+        metavar="SUFFIX",
+        help="match dump hosts and node names without their DNS domain: SUFFIX, or (without one) "
+        "everything from the first dot",
+    )
+    render.add_argument(
+        "--dump-host-regex",
+        metavar="REGEX",
+        help="read the host name out of an HCA's node description with this regular expression (its "
+        "group `node`, else its first group; default: the first word before mlx5_0, HCA-1, ...)",
     )
     render.add_argument(
         "--switch-lldp",

@@ -48,6 +48,7 @@ class FabricGraph:
     nvlink_declared: dict[str, str] = field(default_factory=dict)  # node -> domain (model)
     label_paths: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     label_levels: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)  # what the sources could not place, for people
 
     # -- building -------------------------------------------------------------------------------
     def add_node(self, node: str) -> None:

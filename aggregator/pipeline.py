@@ -36,7 +36,7 @@ from aggregator.health import (
     member_health,
 )
 from aggregator.sources import ibnetdiscover, labels, model, nodetopology, switch_lldp
-from aggregator.sources.ibnetdiscover import Fabric
+from aggregator.sources.ibnetdiscover import Fabric, HostNames
 from aggregator.sources.switch_lldp import SwitchTable
 from aggregator.tiers import DomainTree, infer
 
@@ -58,6 +58,7 @@ class ClusterInputs:
     # regex of the interfaces whose LLDP neighbours are fabric cabling; None: the RDMA-capable ones
     # (sources.nodetopology)
     fabric_interfaces: str | None = None
+    host_names: HostNames = field(default_factory=HostNames)  # dump hosts -> node names
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Desired:
     changed: frozenset[str] = frozenset()  # HyperNode names added, changed or removed since last time
     tree: DomainTree | None = None
     next_deadline: float | None = None  # when a held-down condition change falls due
+    warnings: tuple[str, ...] = ()  # inputs that could not be placed (dump hosts matching no node, ...)
 
 
 def build_graph(inputs: ClusterInputs) -> FabricGraph:
@@ -79,7 +81,8 @@ def build_graph(inputs: ClusterInputs) -> FabricGraph:
     if inputs.model is not None:
         model.apply(graph, inputs.model, declare_nodes=not inputs.node_ready)
     if inputs.fabric is not None:
-        ibnetdiscover.apply(graph, inputs.fabric)
+        warnings = ibnetdiscover.apply(graph, inputs.fabric, inputs.host_names)
+        graph.warnings.extend(f"ibnetdiscover: {w}" for w in warnings)
         if inputs.include_fabric_hosts:
             for host in graph.fabric_hosts():
                 graph.add_node(host)
@@ -239,4 +242,5 @@ class Pipeline:
             changed=changed,
             tree=self._tree,
             next_deadline=self.hold.next_deadline(),
+            warnings=tuple(self._graph.warnings),
         )

@@ -17,15 +17,21 @@ the line number and the text, so a truncated or garbled dump is never half-read 
 
 HCAs become nodes through the GUIDs that NodeTopology reports carry, or through their node
 description ("hostname mlx5_0", "hostname HCA-1"), which the kernel sets from the host name.
+That name need not be the Kubernetes node name (short host names in the dump, fully qualified
+node names, or the other way round), so `HostNames` says how to read and compare them (a
+domain to drop, or a regular expression for the description), and `apply` says, with counts,
+how many dump hosts match no node and how many nodes match no host, instead of rendering an
+empty tree in silence. A fabric with several subnets (one per rail or plane, each with its own
+subnet manager) comes as several dumps: `merge` joins them (GUIDs are unique across subnets).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from aggregator.graph import FabricGraph, normalise_guid
+from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
 
 
 class IbnetdiscoverError(ValueError):
@@ -225,8 +231,59 @@ def host_of(description: str) -> str | None:
     return None
 
 
-def apply(graph: FabricGraph, fabric: Fabric) -> None:
-    """Switch-to-switch links, and HCA-to-switch attachments by GUID and by host name."""
+@dataclass(frozen=True)
+class HostNames:
+    """How hosts named in a dump are matched to Kubernetes node names.
+
+    `pattern`: a regular expression searched in the HCA node description; its group `node`
+    (else its first group, else the whole match) is the host name. None: the first word when the
+    second names an HCA (`host_of`). `domain`: compare names without a DNS domain, "." dropping
+    everything from the first dot, any other text dropping that suffix ("dc1.example.com"). None:
+    names compare whole. Names always compare lower-cased."""
+
+    pattern: str | None = None
+    domain: str | None = None
+
+    def host_of(self, description: str) -> str | None:
+        if self.pattern is None:
+            return host_of(description)
+        match = re.search(self.pattern, description)
+        if match is None:
+            return None
+        if "node" in match.re.groupindex:
+            host = match.group("node")
+        else:
+            host = match.group(1) if match.re.groups else match.group(0)
+        return (host or "").strip().lower() or None
+
+    def key(self, name: str) -> str:
+        name = name.lower()
+        if self.domain == ".":
+            return name.split(".", 1)[0]
+        if self.domain:
+            suffix = "." + self.domain.lower().strip(".")
+            return name.removesuffix(suffix)
+        return name
+
+
+def merge(fabrics: Iterable[Fabric]) -> Fabric:
+    """One fabric from the dumps of several subnets (a rail or a plane each)."""
+    merged = Fabric()
+    for fabric in fabrics:
+        for node in fabric.nodes.values():
+            merged.add_node(node)
+        for link in fabric.links.values():
+            merged.add_link(link)
+        merged.warnings.extend(fabric.warnings)
+    return merged
+
+
+def apply(graph: FabricGraph, fabric: Fabric, hosts: HostNames | None = None) -> list[str]:
+    """Switch-to-switch links, and HCA-to-switch attachments by GUID and by host name (the node
+    of the graph whose name matches, else the name in the dump). Returns warnings about hosts and
+    nodes that match nothing (none when the graph has no nodes yet: the dump names them)."""
+    hosts = hosts or HostNames()
+    nodes = _nodes_by_key(graph, hosts)
     names = switch_names(fabric)
     for link in fabric.links.values():
         a_switch, b_switch = names.get(link.a), names.get(link.b)
@@ -236,16 +293,67 @@ def apply(graph: FabricGraph, fabric: Fabric) -> None:
             switch = a_switch or b_switch
             assert switch is not None
             ca, ca_port_guid = (link.b, link.b_port_guid) if a_switch else (link.a, link.a_port_guid)
-            _attach(graph, fabric.nodes.get(ca), ca, ca_port_guid, switch)
+            _attach(graph, fabric.nodes.get(ca), ca, ca_port_guid, switch, hosts, nodes)
     graph.switches.update(names.values())
+    return _unmatched(graph, fabric, hosts, nodes) if graph.nodes else []
 
 
-def _attach(graph: FabricGraph, ca: IbNode | None, guid: str, port_guid: str | None, switch: str) -> None:
+def _nodes_by_key(graph: FabricGraph, hosts: HostNames) -> dict[str, str]:
+    """Comparison key -> node, for keys only one node has."""
+    found: dict[str, list[str]] = {}
+    for node in sorted(graph.nodes):
+        found.setdefault(hosts.key(node), []).append(node)
+    return {key: nodes[0] for key, nodes in found.items() if len(nodes) == 1}
+
+
+def _attach(
+    graph: FabricGraph,
+    ca: IbNode | None,
+    guid: str,
+    port_guid: str | None,
+    switch: str,
+    hosts: HostNames,
+    nodes: Mapping[str, str],
+) -> None:
     if ca is not None and ca.kind != "Ca":
         return  # a router: not a compute node
     graph.attach_guid(guid, switch)
     if port_guid:
         graph.attach_guid(port_guid, switch)
-    host = host_of(ca.description) if ca else None
+    host = hosts.host_of(ca.description) if ca else None
     if host:
-        graph.attach_host(host, switch)
+        graph.attach_host(nodes.get(hosts.key(host), host), switch)
+
+
+def _unmatched(graph: FabricGraph, fabric: Fabric, hosts: HostNames, nodes: Mapping[str, str]) -> list[str]:
+    """Counts of dump hosts matching no node and nodes matching no dump host (by name or GUID)."""
+    guids_of: dict[str, set[str]] = {}  # dump host -> its HCAs' node and port GUIDs
+    cabled = {guid for link in fabric.links.values() for guid in (link.a, link.b)}
+    for link in fabric.links.values():
+        for guid, port_guid in ((link.a, link.a_port_guid), (link.b, link.b_port_guid)):
+            ca = fabric.nodes.get(guid)
+            host = hosts.host_of(ca.description) if ca is not None and ca.kind == "Ca" else None
+            if host:
+                guids_of.setdefault(host, set()).update(g for g in (guid, port_guid) if g)
+    reported = {g for facts in graph.facts.values() for g in facts.guids}
+    in_dump = {g for found in guids_of.values() for g in found} | cabled
+    lost_hosts = sorted(h for h, g in guids_of.items() if hosts.key(h) not in nodes and not g & reported)
+    keys = {hosts.key(h) for h in guids_of}
+    lost_nodes = sorted(
+        n
+        for n in graph.nodes
+        if hosts.key(n) not in keys and not graph.facts.get(n, NodeFacts()).guids & in_dump
+    )
+    warnings = []
+    if lost_hosts:
+        warnings.append(
+            f"{len(lost_hosts)} of {len(guids_of)} hosts in the fabric dump match no node "
+            f"(e.g. {', '.join(lost_hosts[:3])}; nodes are named like {', '.join(sorted(graph.nodes)[:2])}): "
+            "see --strip-domain and --dump-host-regex"
+        )
+    if lost_nodes:
+        warnings.append(
+            f"{len(lost_nodes)} of {len(graph.nodes)} nodes match no host in the fabric dump "
+            f"(e.g. {', '.join(lost_nodes[:3])})"
+        )
+    return warnings

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from controlplane.harness import ControlPlane
 from realparts import missing
 
@@ -32,15 +34,39 @@ def build_kwok() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+KEEP_RUNNING = "hypertopo.io/kwok-keep-running"
+
+
+def keep_running_stages(workdir: Path) -> Path:
+    """kwok's own pod stages (from its module) with one change: a pod annotated
+    `hypertopo.io/kwok-keep-running` is never completed. kwok completes every Running pod owned by
+    a kind named "Job" at once, which matches Volcano's batch Jobs too; a trainer runs for hours."""
+    proc = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"], cwd=HERE / "controlplane" / "kwok",
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        missing(f"kwok module not found: {proc.stderr[-1000:]}")
+    fast = Path(proc.stdout.strip()) / "kustomize" / "stage" / "pod" / "fast"
+    docs = []
+    for name in ("pod-ready.yaml", "pod-complete.yaml", "pod-delete.yaml"):
+        stage = yaml.safe_load((fast / name).read_text())
+        if stage["metadata"]["name"] == "pod-complete":
+            stage["spec"]["selector"]["matchExpressions"].append(
+                {"key": f'.metadata.annotations["{KEEP_RUNNING}"]', "operator": "DoesNotExist"})
+        docs.append(stage)
+    path = workdir / "kwok-stages.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
 @contextlib.contextmanager
-def kwok_running(plane: ControlPlane) -> Iterator[subprocess.Popen[bytes]]:
+def kwok_running(plane: ControlPlane, *, config: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """kwok managing the nodes labelled type=kwok: keeps them Ready, moves bound pods to Running,
-    finishes deletions (as a kubelet would)."""
+    finishes deletions (as a kubelet would). `config`: a kwok config file (stages)."""
     binary = build_kwok()
     log = open(plane.workdir / "kwok.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [binary, f"--kubeconfig={plane.kubeconfig}", f"--manage-nodes-with-label-selector={KWOK_LABEL[0]}={KWOK_LABEL[1]}",
-         "--node-lease-duration-seconds=40", "--cidr=10.240.0.1/16"],
+         "--node-lease-duration-seconds=40", "--cidr=10.240.0.1/16", *([f"--config={config}"] if config else [])],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         yield proc

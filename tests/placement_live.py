@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-
 from controlplane.harness import ControlPlane
 from realparts import missing
 

@@ -29,7 +29,7 @@ import pytest
 import yaml
 from aggregator_controller_kit import private_plane, scrape, writes_of
 from controlplane.harness import ControlPlane
-from placement_live import Cluster, kwok_running, wait_for
+from placement_live import KEEP_RUNNING, Cluster, keep_running_stages, kwok_running, wait_for
 from realparts import free_port
 from volcano_live import CONTROLLERS, SCHEDULER_NAME, Volcano, volcano_crds, volcano_dir, volcano_running
 
@@ -38,6 +38,7 @@ from agent.model_probe import report_for
 from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.placement.adapters import kube
+from aggregator.placement.scheduler import Options, Scheduler
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tests" / "models" / "small-tree.yaml"
@@ -119,7 +120,7 @@ def fabric() -> Iterator[Fabric]:
     model = load_model(str(MODEL))
     nodes = sorted({n for block in model.blocks for n in block.nodes})
     reports = {n: report_for(model, n) for n in nodes}
-    with private_plane() as plane, kwok_running(plane):
+    with private_plane() as plane, kwok_running(plane, config=keep_running_stages(plane.workdir)):
         cluster = Cluster(plane, uuid.uuid4().hex[:6])
         cluster.add_nodes(nodes, gpus=8)  # kwok keeps them Ready; the not-ready taint is lifted
         api = cluster.api
@@ -429,6 +430,68 @@ def test_after_a_fabric_fault_the_next_gang_avoids_the_tainted_node(fabric: Fabr
         fabric.publish(fabric.reports[victim])
         wait_for(f"taint on {victim} removed after repair", lambda: TAINT not in taints_of(fabric, victim), timeout=15)
         wait_for(f"{leaf_b} Ready again", lambda: ready_of(fabric.hypernodes()[leaf_b]) == "True", timeout=15)
+
+
+def test_a_fabric_cut_gets_a_volcano_jobs_pod_recreated_by_volcano_on_a_healthy_node_of_its_leaf(
+        fabric: Fabric, workload: Workload) -> None:
+    """Point 5 of the Volcano issue, end to end on the real parts: vc-controller-manager runs the Job,
+    vc-scheduler places it (hard tier 1), hypertopo-scheduler --remediate-only handles the fault
+    (agent report -> aggregator -> taint and Ready=False -> eviction of that node's pod only ->
+    Volcano recreates it -> vc-scheduler places it on a healthy node of the same leaf)."""
+    (_, nodes_a), (_, nodes_b) = leaves(fabric)
+    workload.fill(nodes_a[3])  # leaf A: 3 free nodes, leaf B: 4; either holds the job with room to spare
+    template = workload.pod_body("unused", "ft", 8)
+    template["metadata"] = {"labels": {"gang": "ft"}, "annotations": {KEEP_RUNNING: "true"}}
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "ft", "namespace": workload.ns, "annotations": {"hypertopo.io/on-fabric-fault": "restart-pods"}},
+           "spec": {"schedulerName": SCHEDULER_NAME, "queue": "default", "minAvailable": 2,
+                    "networkTopology": {"mode": "hard", "highestTierAllowed": 1},
+                    "tasks": [{"name": "worker", "replicas": 2, "template": template}]}}
+    remediator = Scheduler(fabric.api, Options(scheduler_name="hypertopo-remediator", remediate_only=True,
+                                               unknown_grace_seconds=60, watch_timeout=20))
+    remediator.start()
+    victim = ""
+    try:
+        wait_for("remediator synced", remediator.synced, timeout=20)
+        workload.api.create(VC_JOBS, workload.ns, job)
+        before, took = workload.wait_placed("ft", 2, time.monotonic())
+        leaf_nodes = nodes_a if set(before.values()) <= set(nodes_a) else nodes_b
+        assert set(before.values()) <= set(leaf_nodes), before  # one leaf
+        victim_pod, victim = sorted(before.items())[0]
+        survivor = next(p for p in before if p != victim_pod)
+        print(f"Volcano Job placed by vc-scheduler in {took:.2f}s on {sorted(before.values())}")
+
+        broken = dataclasses.replace(fabric.reports[victim], health={
+            **fabric.reports[victim].health, "rdma": ComponentHealth(Health.FAILED, "mlx5_0 port 1 Down")})
+        fault = time.monotonic()
+        fabric.publish(broken)
+        marks: dict[str, float] = {}
+
+        def replaced() -> dict[str, str] | None:
+            fabric.check_alive()
+            where = workload.placement("ft")
+            if "taint" not in marks and TAINT in taints_of(fabric, victim):
+                marks["taint"] = time.monotonic()
+            if "evicted" not in marks and where.get(victim_pod) != victim:
+                marks["evicted"] = time.monotonic()
+            bound = {p: n for p, n in where.items() if n}
+            return bound if len(bound) == 2 and victim not in bound.values() else None
+
+        after = wait_for("the victim's pod evicted, recreated by Volcano and placed again", replaced,
+                         timeout=45, interval=0.05)
+        done = time.monotonic()
+        print(f"fabric cut on {victim}: taint {marks.get('taint', done) - fault:.2f}s, eviction "
+              f"{marks.get('evicted', done) - fault:.2f}s, replacement bound {done - fault:.2f}s after the fault, "
+              f"on {after[victim_pod]}")
+        assert after[survivor] == before[survivor]  # restart-pods: the healthy pod never moved
+        assert after[victim_pod] in leaf_nodes and after[victim_pod] != victim  # same leaf, healthy node
+        evicted = remediator.metrics.registry.get_sample_value("hypertopo_scheduler_evictions_total", {"outcome": "evicted"})
+        assert evicted == 1
+    finally:
+        remediator.stop()
+        if victim:
+            fabric.publish(fabric.reports[victim])
+            wait_for(f"taint on {victim} removed after repair", lambda: TAINT not in taints_of(fabric, victim), timeout=15)
 
 
 @pytest.mark.xfail(strict=True, reason=(

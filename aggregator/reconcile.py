@@ -113,10 +113,30 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def node_count_owner(live: Mapping[str, Any]) -> str | None:
+    """The other field manager that owns `status.nodeCount`, if one does.
+
+    Volcano's hyperNode-controller (on by default in vc-controller-manager) writes its own count
+    there (direct members, a child HyperNode counting one). Where it runs, it owns the field and we
+    leave it: writing ours back would make the two rewrite each other without end."""
+    for entry in _meta(live).get("managedFields") or []:
+        if entry.get("manager") == FIELD_MANAGER:
+            continue
+        fields = ((entry.get("fieldsV1") or {}).get("f:status")) or {}
+        if "f:nodeCount" in fields:
+            return str(entry.get("manager") or "?")
+    return None
+
+
 def merged_status(desired: Mapping[str, Any], live: Mapping[str, Any], now: str | None = None) -> Obj:
     """The status to publish: desired, with each condition's lastTransitionTime kept from the live
-    condition of the same type when its status did not change, and observedGeneration = live's."""
+    condition of the same type when its status did not change, and observedGeneration = live's.
+    `nodeCount` stays the live one when another manager owns it (`node_count_owner`)."""
     status = copy.deepcopy(dict(desired.get("status") or {}))
+    if node_count_owner(live) is not None:
+        status.pop("nodeCount", None)
+        if "nodeCount" in (live.get("status") or {}):
+            status["nodeCount"] = live["status"]["nodeCount"]
     live_conditions = {c.get("type"): c for c in (live.get("status") or {}).get("conditions") or []}
     generation = _meta(live).get("generation")
     for cond in status.get("conditions") or []:
@@ -181,7 +201,10 @@ def spec_body(desired: Mapping[str, Any], resource_version: str | None) -> Obj:
 
 def status_body(desired: Mapping[str, Any], live: Mapping[str, Any]) -> Obj:
     meta = {"name": _meta(desired)["name"], "resourceVersion": _meta(live).get("resourceVersion")}
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "status": merged_status(desired, live)}
+    status = merged_status(desired, live)
+    if node_count_owner(live) is not None:
+        status.pop("nodeCount", None)  # applied without it: the field stays its owner's
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "status": status}
 
 
 @dataclass

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aggregator.placement import volcano
 from aggregator.placement.state import (
     GANG_LABEL,
     SINGLE,
@@ -122,10 +123,8 @@ def _view(state: ClusterState, key: PodKey, flavour: str, pods: list[dict[str, A
 
 def _owner_job(state: ClusterState, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The Volcano Job controlling a PodGroup or pod (its annotations count for the gang)."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch.volcano.sh/"):
-            return state.vc_jobs.get((pod_key(obj)[0], str(ref.get("name", ""))))
-    return None
+    name = volcano.owner_job(obj)
+    return state.vc_jobs.get((pod_key(obj)[0], name)) if name else None
 
 
 def _min_member(podgroup: Mapping[str, Any] | None, count: int) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aggregator.placement import volcano
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.state import FABRIC_TAINT, ClusterState, PodKey
 from aggregator.placement.topology import Topology
@@ -126,15 +127,13 @@ def job_restarts(gangs: Iterable[GangView], failed: Mapping[str, str], jobs: Map
 
 
 def owning_job(gang: GangView, jobs: Mapping[PodKey, Any]) -> PodKey | None:
-    """The Volcano Job that owns the gang, when the scheduler has seen it."""
+    """The Volcano Job that owns the gang (its PodGroup, else its pods), when the scheduler has seen it."""
     if not gang.is_volcano:
         return None
     for obj in (gang.podgroup, *gang.members[:1]):
-        for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
-            if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch.volcano.sh/"):
-                key = (gang.key[0], str(ref.get("name", "")))
-                if key in jobs:
-                    return key
+        name = volcano.owner_job(obj or {})
+        if name and (gang.key[0], name) in jobs:
+            return (gang.key[0], name)
     return None
 
 

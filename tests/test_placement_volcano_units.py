@@ -261,3 +261,23 @@ def test_gangs_on_healthy_nodes_or_without_a_policy_are_left_alone() -> None:
     assert podgroups.gangs_on_nodes(state, {"a4"}) == []
     gangs = podgroups.gangs_on_nodes(state, {"a1"})
     assert rescheduler.plan(gangs, {"a1": "taint"}) == []  # no annotation: policy none
+
+
+def test_scheduler_plugins_gangs_get_subgroups_from_their_podgroup_annotations() -> None:
+    # the same shape as the Volcano case above, declared through hypertopo's annotations
+    annotations = {subgroups.SIZE_ANNOTATION: "3", subgroups.KEYS_ANNOTATION: "part", subgroups.TIER_ANNOTATION: "1",
+                   "volcano.sh/network-topology-highest-tier": "2"}
+    group = {"metadata": {"name": "pp", "namespace": "ns", "annotations": annotations}, "spec": {"minMember": 6}}
+    pods = []
+    for i in range(6):
+        pod = vc_pod(f"w{i}", labels={"part": str(i % 2), "scheduling.x-k8s.io/pod-group": "pp"})
+        del pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"]
+        pods.append(pod)
+    other = vc_pod("other", "another-pg", node_name="a1", scheduler="volcano", phase="Running")
+    state = cluster(("Pod", other), ("PodGroup", group), *[("Pod", p) for p in pods])
+    decision = decide_one(state)
+    assert decision.ok, decision.reason
+    leaves: dict[str, set[str]] = {}
+    for (_, name), node_name in decision.assignments.items():
+        leaves.setdefault(str(int(name[1:]) % 2), set()).add(leaf_of(node_name))
+    assert all(len(v) == 1 for v in leaves.values()) and leaves["0"] != leaves["1"], leaves

@@ -101,3 +101,37 @@ def test_a_volcano_job_runs_under_hypertopo_scheduler_inside_its_network_topolog
             print(f"fault -> eviction {evicted:.2f}s, -> replacement bound {replaced:.2f}s")
     finally:
         cluster.cleanup()
+
+
+def test_restart_gang_of_a_volcano_job_is_carried_out_by_volcano_and_the_gang_re_placed(plane: ControlPlane) -> None:
+    cluster = Cluster(plane, "vcgang")
+    try:
+        layout = cluster.leaf_spine(leaves=2, per_leaf=3, gpus=8)
+        leaf_of = {n: leaf for leaf, nodes in layout.items() for n in nodes}
+        with cluster.scheduler() as sched:
+            cluster.api.create(kube.VC_JOBS, cluster.ns, job_body(
+                cluster, "gang", sched.options.scheduler_name, 3, annotations={FAULT: "restart-gang"},
+                networkTopology={"mode": "hard", "highestTierAllowed": 1}))
+            before = cluster.wait_bound(3, timeout=30)
+            uids = {n: p["metadata"]["uid"] for n, p in cluster.pods().items()}
+            leaf = leaf_of[next(iter(before.values()))]
+            victim = sorted(before.values())[0]
+            start = time.monotonic()
+            cluster.taint(victim)
+
+            def restarted() -> dict[str, str] | None:
+                pods = cluster.pods()
+                fresh = {n: p for n, p in pods.items() if uids.get(n) != p["metadata"]["uid"]}
+                placed = {n: p["spec"].get("nodeName") for n, p in fresh.items() if p["spec"].get("nodeName")}
+                return placed if len(placed) == 3 else None
+
+            after = wait_for("every pod of the Job recreated by Volcano and placed again", restarted, timeout=60)
+            took = time.monotonic() - start
+            items, _ = cluster.api.list(kube.COMMANDS)
+            assert not [c for c in items if c["metadata"]["namespace"] == cluster.ns]  # Volcano consumed it
+            # the leaf lost a node: 2 healthy nodes are left there, so the whole gang moves to the other leaf
+            assert victim not in after.values()
+            assert len({leaf_of[n] for n in after.values()}) == 1 and leaf_of[next(iter(after.values()))] != leaf
+            print(f"\nrestart-gang: fault -> RestartJob -> all 3 pods recreated and placed in {took:.2f}s")
+    finally:
+        cluster.cleanup()

@@ -23,6 +23,7 @@ import yaml
 from agent import yaml_codec
 from agent.cluster_model import ModelError, load_model
 from agent.report import KIND, NodeReport
+from aggregator.feed import StaticSources
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.render import as_list
 from aggregator.sources import ibnetdiscover, labels, nodetopology, switch_lldp
@@ -84,13 +85,59 @@ def load_nodes(paths: Sequence[str]) -> dict[str, bool]:
     return nodes
 
 
+def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fabric options `render` and `run` share (same names, meanings and help): dumps, how
+    their hosts meet node names, and which NICs are fabric NICs. Read by `static_sources`."""
+    parser.add_argument(
+        "--ibnetdiscover",
+        nargs="+",
+        metavar="FILE",
+        help="`ibnetdiscover` dumps (topology or `-s -p` port format): switch links, HCAs; one per "
+        "subnet where each rail or plane is a fabric of its own",
+    )
+    parser.add_argument(
+        "--strip-domain",
+        nargs="?",
+        const=".",
+        metavar="SUFFIX",
+        help="match dump hosts and node names without their DNS domain: SUFFIX, or (without one) "
+        "everything from the first dot",
+    )
+    parser.add_argument(
+        "--dump-host-regex",
+        metavar="REGEX",
+        help="read the host name out of an HCA's node description with this regular expression (its "
+        "group `node`, else its first group; default: the first word before mlx5_0, HCA-1, ...)",
+    )
+    parser.add_argument(
+        "--fabric-interfaces",
+        metavar="REGEX",
+        help="interfaces whose LLDP neighbours are fabric cabling (default: those carrying an RDMA "
+        "device; every interface of a report without one)",
+    )
+
+
+def static_sources(args: argparse.Namespace) -> StaticSources:
+    """The inputs read once from files and options (`add_fabric_arguments`, plus --switch-lldp,
+    --model and --label-levels), for `render` and `run`. Raises the sources' own errors (with file
+    and line) for unusable files and InputError for a bad regular expression."""
+    dumps = [ibnetdiscover.parse_file(path) for path in args.ibnetdiscover or []]
+    return StaticSources(
+        fabric=ibnetdiscover.merge(dumps) if dumps else None,
+        switch_tables=tuple(switch_lldp.load_files(args.switch_lldp or [])),
+        model=load_model(args.model) if args.model else None,
+        label_levels=labels.parse_levels(args.label_levels) if args.label_levels else (),
+        fabric_interfaces=_pattern(args.fabric_interfaces, "--fabric-interfaces"),
+        host_names=ibnetdiscover.HostNames(
+            pattern=_pattern(args.dump_host_regex, "--dump-host-regex"), domain=args.strip_domain
+        ),
+    )
+
+
 def _inputs(args: argparse.Namespace) -> ClusterInputs:
     reports = load_reports(args.reports or [])
     nodes = load_nodes(args.nodes or [])
-    dumps = [ibnetdiscover.parse_file(path) for path in args.ibnetdiscover or []]
-    fabric = ibnetdiscover.merge(dumps) if dumps else None
-    tables = switch_lldp.load_files(args.switch_lldp or [])
-    model = load_model(args.model) if args.model else None
+    static = static_sources(args)
     node_labels: dict[str, dict[str, str]] = {}
     for file in args.node_labels or []:
         node_labels.update(
@@ -99,19 +146,8 @@ def _inputs(args: argparse.Namespace) -> ClusterInputs:
                 for k, v in (yaml_codec.load(Path(file).read_text(encoding="utf-8")) or {}).items()
             }
         )
-    return ClusterInputs(
-        reports=reports,
-        node_ready=nodes,
-        node_labels=node_labels,
-        fabric=fabric,
-        switch_tables=tables,
-        label_levels=labels.parse_levels(args.label_levels) if args.label_levels else (),
-        model=model,
-        include_fabric_hosts=not reports and not nodes,
-        fabric_interfaces=_pattern(args.fabric_interfaces, "--fabric-interfaces"),
-        host_names=ibnetdiscover.HostNames(
-            pattern=_pattern(args.dump_host_regex, "--dump-host-regex"), domain=args.strip_domain
-        ),
+    return static.inputs(
+        reports, node_ready=nodes, node_labels=node_labels, include_fabric_hosts=not reports and not nodes
     )
 
 
@@ -179,27 +215,7 @@ def _add_render(sub: Any) -> None:
         help="Node objects (`kubectl get nodes -o yaml`): the cluster's nodes, for a cluster without "
         "agents (dump hosts are then matched to these names)",
     )
-    render.add_argument(
-        "--ibnetdiscover",
-        nargs="+",
-        metavar="FILE",
-        help="`ibnetdiscover` dumps (topology or `-s -p` port format): switch links, HCAs; one per "
-        "subnet where each rail or plane is a fabric of its own",
-    )
-    render.add_argument(
-        "--strip-domain",
-        nargs="?",
-        const=".",
-        metavar="SUFFIX",
-        help="match dump hosts and node names without their DNS domain: SUFFIX, or (without one) "
-        "everything from the first dot",
-    )
-    render.add_argument(
-        "--dump-host-regex",
-        metavar="REGEX",
-        help="read the host name out of an HCA's node description with this regular expression (its "
-        "group `node`, else its first group; default: the first word before mlx5_0, HCA-1, ...)",
-    )
+    add_fabric_arguments(render)
     render.add_argument(
         "--switch-lldp",
         nargs="+",
@@ -208,12 +224,6 @@ def _add_render(sub: Any) -> None:
         "(named after the switch unless it holds a local-chassis section)",
     )
     render.add_argument("--model", metavar="FILE", help="a cluster model file (switch tree + node blocks)")
-    render.add_argument(
-        "--fabric-interfaces",
-        metavar="REGEX",
-        help="interfaces whose LLDP neighbours are fabric cabling (default: those carrying an RDMA "
-        "device; every interface of a report without one)",
-    )
     render.add_argument(
         "--label-levels",
         metavar="KEYS",

@@ -16,6 +16,11 @@ pipeline, so a deleted node leaves its HyperNodes at once (it is not an "unknown
 Such reports are also deleted: agents set their Node as owner, so the garbage collector removes
 them, and the leader sweeps up the rest (written before owners were set, or where no garbage
 collector runs) every `report_gc_period`, after a direct read has confirmed the Node is gone.
+
+The fabric options are `render`'s (aggregator.cli.add_fabric_arguments): several ibnetdiscover
+dumps (one per rail or plane), how their hosts meet Node names, which NICs are fabric NICs. What
+the pipeline could not place (dump hosts matching no Node, Nodes matching no dump host) is logged
+when it changes, not on every reconcile.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class DesiredState(Protocol):
     def node_labels(self) -> dict[str, dict[str, str]]: ...
     @property
     def unhealthy_nodes(self) -> frozenset[str]: ...
+    @property
+    def warnings(self) -> tuple[str, ...]: ...  # inputs that could not be placed
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,7 @@ class Controller:
         self._next_sweep = 0.0  # time.monotonic() of the next report sweep
         self._clashes = 0
         self.reports_collected = 0
+        self.warnings: tuple[str, ...] = ()  # the pipeline's warnings, as last logged
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -205,6 +213,7 @@ class Controller:
         view = self.view()
         now = self.clock()
         desired = self.compute(view, now)
+        self._log_warnings(desired.warnings)
         deadline = getattr(desired, "next_deadline", None)
         self.next_wake = None if deadline is None else max(0.05, deadline - now + 0.01)
         agents = view.agent_ready
@@ -221,6 +230,17 @@ class Controller:
             self.metrics.withdraw_state()
         self.cycles += 1
         return writes
+
+    def _log_warnings(self, warnings: tuple[str, ...]) -> None:
+        """Logs the inputs' warnings (dump hosts matching no node, ...) when they change, not every
+        cycle: each is a standing fact about the inputs until a Node joins or leaves."""
+        if warnings == self.warnings:
+            return
+        for warning in warnings:
+            log.warning("inputs: %s", warning)
+        if not warnings:
+            log.info("inputs: the earlier warnings no longer apply")
+        self.warnings = warnings
 
     def _sweep_reports(self, nodes: Mapping[str, Obj]) -> int:
         """Deletes NodeTopology objects of Nodes that are gone (at most every report_gc_period)."""
@@ -313,6 +333,8 @@ class Controller:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    from aggregator.cli import add_fabric_arguments  # `render`'s, shared
+
     add = parser.add_argument
     add("--kubeconfig", help="kubeconfig file (default: in-cluster service account, else $KUBECONFIG)")
     add("--namespace", default=os.environ.get("POD_NAMESPACE", "hypertopo-system"), help="namespace of the Lease")
@@ -329,7 +351,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-leader-election", action="store_true", help="write without a Lease (a single replica only)")
     add("--agent-selector", default=DEFAULT_AGENT_SELECTOR,
         help="label selector of the agent pods (empty: agent liveness not tracked)")
-    add("--ibnetdiscover", metavar="FILE", help="ibnetdiscover dump of the InfiniBand fabric")
+    add_fabric_arguments(parser)  # --ibnetdiscover FILE..., --strip-domain, --dump-host-regex, --fabric-interfaces
     add("--switch-lldp", metavar="FILE", nargs="+", default=[], help="lldpcli json0 tables from switches")
     add("--model", metavar="FILE", help="cluster model file (switch tree and node blocks)")
     add("--label-levels", metavar="KEYS", help="comma-separated node label keys, broadest first (as Kueue Topology levels)")
@@ -356,11 +378,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def pipeline_compute(args: argparse.Namespace) -> Compute:
     """The pure pipeline (aggregator.pipeline) fed with the live view plus the static sources."""
-    from aggregator.feed import PipelineFeed, StaticSources
+    from aggregator.cli import static_sources  # as `render` reads its files and options
+    from aggregator.feed import PipelineFeed
     from aggregator.pipeline import Pipeline
 
     pipeline = Pipeline(ready_threshold=args.ready_threshold, hold_down_seconds=args.hold_down)
-    feed = PipelineFeed(pipeline, StaticSources.from_args(args), resync=args.resync)
+    feed = PipelineFeed(pipeline, static_sources(args), resync=args.resync)
 
     def compute(view: ClusterView, now: float) -> DesiredState:
         return feed.compute(view.topologies, view.nodes, view.agent_ready, now)

@@ -11,16 +11,14 @@ resourceVersion, so an unchanged NodeTopology is never parsed twice.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.cluster_model import load_model
 from agent.report import NodeReport
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline
-from aggregator.sources import ibnetdiscover, labels, nodetopology, switch_lldp
+from aggregator.sources import ibnetdiscover, nodetopology, switch_lldp
 
 log = logging.getLogger(__name__)
 
@@ -30,21 +28,39 @@ FULL_REBUILD_ABOVE = 64  # changes in one cycle beyond which a rebuild is cheape
 
 @dataclass(frozen=True)
 class StaticSources:
-    """Inputs read once from files at start-up (fabric dump, switch tables, model, label levels)."""
+    """Inputs read once from files and options at start-up (fabric dumps, switch tables, model,
+    label levels, and how dump hosts and fabric NICs are recognised); the command line builds them
+    (aggregator.cli.static_sources) for `render` and `run` alike."""
 
-    fabric: ibnetdiscover.Fabric | None = None
+    fabric: ibnetdiscover.Fabric | None = None  # the dumps, merged (one per rail or plane)
     switch_tables: tuple[switch_lldp.SwitchTable, ...] = ()
     model: Any = None
     label_levels: tuple[str, ...] = ()
+    fabric_interfaces: str | None = None  # regex of the fabric NICs; None: those with RDMA devices
+    host_names: ibnetdiscover.HostNames = field(default_factory=ibnetdiscover.HostNames)
 
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> StaticSources:
-        """Raises the sources' own errors (with file and line) for unusable files."""
-        return cls(
-            fabric=ibnetdiscover.parse_file(args.ibnetdiscover) if args.ibnetdiscover else None,
-            switch_tables=tuple(switch_lldp.load_files(args.switch_lldp or [])),
-            model=load_model(args.model) if args.model else None,
-            label_levels=labels.parse_levels(args.label_levels) if args.label_levels else (),
+    def inputs(
+        self,
+        reports: Mapping[str, NodeReport],
+        *,
+        node_ready: Mapping[str, bool],
+        node_labels: Mapping[str, Mapping[str, str]],
+        agent_ready: Mapping[str, bool] | None = None,
+        include_fabric_hosts: bool = False,
+    ) -> ClusterInputs:
+        """The pipeline's inputs: these static sources plus what is known of the nodes."""
+        return ClusterInputs(
+            reports=reports,
+            node_ready=node_ready,
+            node_labels=node_labels,
+            agent_ready=agent_ready,
+            fabric=self.fabric,
+            switch_tables=self.switch_tables,
+            label_levels=self.label_levels,
+            model=self.model,
+            include_fabric_hosts=include_fabric_hosts,
+            fabric_interfaces=self.fabric_interfaces,
+            host_names=self.host_names,
         )
 
 
@@ -131,15 +147,8 @@ class PipelineFeed:
     def _rebuild(self, fed: _Fed, now: float) -> Desired:
         self.full_rebuilds += 1
         self._built_at = now
-        inputs = ClusterInputs(
-            reports=fed.reports,
-            node_ready=fed.node_ready,
-            node_labels=fed.node_labels,
-            agent_ready=fed.agent_ready,
-            fabric=self.static.fabric,
-            switch_tables=self.static.switch_tables,
-            label_levels=self.static.label_levels,
-            model=self.static.model,
+        inputs = self.static.inputs(
+            fed.reports, node_ready=fed.node_ready, node_labels=fed.node_labels, agent_ready=fed.agent_ready
         )
         return self.pipeline.compute(inputs, now)
 

@@ -79,3 +79,36 @@ def test_help_explains_the_commands() -> None:
     render = _aggregator("render", "--help")
     for flag in ("--reports", "--ibnetdiscover", "--switch-lldp", "--model", "--label-levels", "--format"):
         assert flag in render.stdout
+
+
+FABRIC_OPTIONS = ("--ibnetdiscover", "--strip-domain", "--dump-host-regex", "--fabric-interfaces")
+
+
+def _option_help(help_text: str, option: str) -> str:
+    """The lines `--help` prints for one option (its usage and its wrapped help)."""
+    lines = help_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(option))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("-")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_run_has_the_fabric_options_of_render_with_the_same_help() -> None:
+    render, run = _aggregator("render", "--help"), _aggregator("run", "--help")
+    assert render.returncode == run.returncode == 0, run.stderr
+    for option in FABRIC_OPTIONS:
+        assert _option_help(run.stdout, option) == _option_help(render.stdout, option)
+    assert "--ibnetdiscover FILE [FILE ...]" in run.stdout and "--strip-domain [SUFFIX]" in run.stdout
+
+
+def test_run_refuses_bad_fabric_options_with_exit_code_2_before_connecting(tmp_path: Path) -> None:
+    dump = tmp_path / "fabric.topo"
+    dump.write_text(ibnetdiscover_dump(MODEL))
+    broken = tmp_path / "rail2.topo"
+    broken.write_text("vendid=0x2c9\nthis is not ibnetdiscover\n")
+    unreachable = ("--kubeconfig", str(tmp_path / "no-such-kubeconfig"), "--listen", "127.0.0.1:0")
+    regex = _aggregator("run", *unreachable, "--ibnetdiscover", str(dump), "--dump-host-regex", "(unclosed")
+    assert regex.returncode == 2 and "--dump-host-regex '(unclosed': not a regular expression" in regex.stderr
+    nics = _aggregator("run", *unreachable, "--fabric-interfaces", "[ib")
+    assert nics.returncode == 2 and "--fabric-interfaces '[ib'" in nics.stderr
+    second = _aggregator("run", *unreachable, "--ibnetdiscover", str(dump), str(broken))
+    assert second.returncode == 2 and "rail2.topo" in second.stderr and "line 2" in second.stderr

@@ -33,13 +33,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from aggregator.placement import podgroups, rescheduler, topology, volcano
+from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
 from aggregator.placement.decide import Decision, decide
 from aggregator.placement.events import EventRecorder
 from aggregator.placement.eviction import EvictionQueue
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
-from aggregator.placement.resources import Resources
 from aggregator.placement.scheduler_metrics import SchedulerMetrics, serve
 from aggregator.placement.state import ClusterState, PodKey, pod_key
 from aggregator.placement.status_writer import StatusWriter
@@ -83,6 +83,7 @@ class Scheduler:
                                        retry_seconds=options.eviction_retry_seconds, clock=clock)
         # one writer, in order, coalescing per PodGroup: a later status never loses to an earlier one
         self.status = StatusWriter(api, lambda target: self._queue.put(("status-failed", target)))
+        self.admission = Admission(self.state, self.status, self.events, options.scheduler_name)
         self._commands = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commands")
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         required = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, "")]
@@ -98,7 +99,6 @@ class Scheduler:
         self._topology_gen = -1
         self._scheduled_gen = -1
         self._next_resync = 0.0
-        self._free_total: Resources | None = None
         self._in_flight: set[PodKey] = set()
         self._waiting_since: dict[PodKey, float] = {}
         self._failed_nodes: dict[str, str] = {}
@@ -191,8 +191,8 @@ class Scheduler:
             return
         self._fabric_faults(failed_domains, now)
         if not self.options.remediate_only:
-            self._free_total = None
-            self._enqueue_jobs()
+            self.admission.new_cycle()
+            self.admission.enqueue_jobs()
             self._schedule(frozenset(rescheduler.own_failures(self._topology, failed_domains)), now)
             self.status.write_dirty(self.state, self._in_flight)
         self._scheduled_gen = self.state.generation
@@ -242,51 +242,6 @@ class Scheduler:
             self.events.record(pod, reason="EvictionBlocked", message=f"eviction refused, will retry: {detail}")
 
     # -- scheduling ---------------------------------------------------------------------------
-    # -- Volcano PodGroups: admission (Pending -> Inqueue) ------------------------------------
-    def _free_sum(self) -> Resources:
-        """Free capacity of all schedulable nodes together (once per cycle, when asked)."""
-        if self._free_total is None:
-            total = Resources()
-            for name, free in self.state.free().items():
-                if not ((self.state.nodes.get(name) or {}).get("spec") or {}).get("unschedulable"):
-                    total += Resources(max(free.gpus, 0), max(free.cpu_milli, 0), max(free.memory, 0), max(free.pods, 0))
-            self._free_total = total
-        return self._free_total
-
-    def _admit(self, key: PodKey, podgroup: dict[str, Any], pods: tuple[Mapping[str, Any], ...] = ()) -> bool:
-        """Moves a Pending Volcano PodGroup to Inqueue when its queue is open and its minResources
-        fit; else says why (condition, event). True when the group is admitted."""
-        if volcano.phase(podgroup) != "Pending":
-            return True
-        queues = self.state.queues if self.state.queues_known else None
-        problem = volcano.enqueue_problem(podgroup, queues, self._free_sum())
-        if problem:
-            self._unschedulable_group(key, podgroup, pods, f"PodGroup {key[1]} not admitted: {problem}", "NotEnqueued")
-            return False
-        log.info("Volcano PodGroup %s/%s: Pending -> Inqueue (queue %s)", *key, volcano.queue_name(podgroup))
-        self.status.set_volcano(key, podgroup, {"phase": "Inqueue"})
-        return True
-
-    def _enqueue_jobs(self) -> None:
-        """Admits the Pending PodGroups of Volcano Jobs that name this scheduler: they have no pods
-        yet (the job controller creates them once the group is Inqueue)."""
-        for key, podgroup in self.state.vc_podgroups.items():
-            if volcano.phase(podgroup) != "Pending" or key in self.state.gangs:
-                continue
-            job_name = volcano.owner_job(podgroup)
-            job = self.state.vc_jobs.get((key[0], job_name)) if job_name else None
-            if volcano.job_scheduler(job) == self.options.scheduler_name:
-                self._admit(key, podgroup)
-
-    def _unschedulable_group(self, key: PodKey, podgroup: dict[str, Any], pods: tuple[Mapping[str, Any], ...],
-                             message: str, reason: str = "NotEnoughResources") -> None:
-        for pod in pods:
-            self.events.record(pod, reason="FailedScheduling", message=message)
-        self.events.record(podgroup, reason="Unschedulable", message=message, kind="PodGroup",
-                           api_version=volcano.API_VERSION)
-        self.status.condition(key, podgroup, volcano.UNSCHEDULABLE, reason, message)
-
-    # -- scheduling ---------------------------------------------------------------------------
     def _schedule(self, excluded_domains: frozenset[str], now: float) -> None:
         for view in podgroups.collect(self.state):
             if view.key in self._in_flight:
@@ -300,7 +255,7 @@ class Scheduler:
                 if short:
                     self._wait(view, now, ", ".join(f"task {t} has {h} of minTaskMember {n} pods" for t, (h, n) in short.items()))
                     continue
-                if not self._admit(view.key, vc_group, view.pending):
+                if not self.admission.admit(view.key, vc_group, view.pending):
                     continue
             self._waiting_since.pop(view.key, None)
             started = time.perf_counter()
@@ -355,7 +310,7 @@ class Scheduler:
         self.metrics.decisions.labels("unschedulable").inc()
         vc_group = self.state.vc_podgroups.get(view.key) if view.is_volcano else None
         if vc_group is not None:
-            self._unschedulable_group(view.key, vc_group, view.pending, reason)
+            self.admission.unschedulable(view.key, vc_group, view.pending, reason)
             return
         for pod in view.pending:
             self.events.record(pod, reason="FailedScheduling", message=reason)

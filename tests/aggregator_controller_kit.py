@@ -257,3 +257,22 @@ class Proxy:
     def close(self) -> None:
         self.cut()
         self.listener.close()
+
+
+# -- the HyperNodes on the API server ------------------------------------------------------------
+def live(plane: ControlPlane) -> dict[str, dict[str, Any]]:
+    items = json.loads(plane.kubectl("get", "hypernodes", "-o", "json").stdout)["items"]
+    return {o["metadata"]["name"]: o for o in items}
+
+
+def ready_of(obj: dict[str, Any]) -> str:
+    return next(c["status"] for c in obj["status"]["conditions"] if c["type"] == "Ready")
+
+
+def same_tree(plane: ControlPlane, want: dict[str, dict[str, Any]]) -> bool:
+    """The live HyperNodes are exactly `want`: spec, nodeCount and Ready."""
+    have = live(plane)
+    return have.keys() == want.keys() and all(
+        have[n]["spec"] == want[n]["spec"] and "status" in have[n]
+        and have[n]["status"]["nodeCount"] == want[n]["status"]["nodeCount"]
+        and ready_of(have[n]) == ready_of(want[n]) for n in want)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aggregator_controller_kit import private_plane, scrape, wait_for
+from aggregator_controller_kit import live, private_plane, ready_of, same_tree, scrape, wait_for
 from aggregator_fabric import ibnetdiscover_dump
 from controlplane.harness import ControlPlane
 from realparts import free_port
@@ -138,23 +138,6 @@ def expected(
         time.time(),
     )
     return {o["metadata"]["name"]: o for o in desired.hypernodes}
-
-
-def live(plane: ControlPlane) -> dict[str, dict[str, Any]]:
-    items = json.loads(plane.kubectl("get", "hypernodes", "-o", "json").stdout)["items"]
-    return {o["metadata"]["name"]: o for o in items}
-
-
-def ready_of(obj: dict[str, Any]) -> str:
-    return next(c["status"] for c in obj["status"]["conditions"] if c["type"] == "Ready")
-
-
-def same_tree(plane: ControlPlane, want: dict[str, dict[str, Any]]) -> bool:
-    have = live(plane)
-    return have.keys() == want.keys() and all(
-        have[n]["spec"] == want[n]["spec"] and "status" in have[n]
-        and have[n]["status"]["nodeCount"] == want[n]["status"]["nodeCount"]
-        and ready_of(have[n]) == ready_of(want[n]) for n in want)  # fmt: skip
 
 
 def summary(tree: dict[str, dict[str, Any]]) -> list[tuple[str, int]]:

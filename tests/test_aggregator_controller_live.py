@@ -25,9 +25,12 @@ import pytest
 import yaml
 from aggregator_controller_kit import (
     Proxy,
+    live,
     private_plane,
     prometheus_query,
     prometheus_scraping,
+    ready_of,
+    same_tree,
     scrape,
     wait_for,
     writes_of,
@@ -136,23 +139,6 @@ class Aggregator:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=30)
-
-
-def live(plane: ControlPlane) -> dict[str, dict[str, Any]]:
-    items = json.loads(plane.kubectl("get", "hypernodes", "-o", "json").stdout)["items"]
-    return {o["metadata"]["name"]: o for o in items}
-
-
-def ready_of(obj: dict[str, Any]) -> str:
-    return next(c["status"] for c in obj["status"]["conditions"] if c["type"] == "Ready")
-
-
-def same_tree(plane: ControlPlane, want: dict[str, dict[str, Any]]) -> bool:
-    have = live(plane)
-    return have.keys() == want.keys() and all(
-        have[n]["spec"] == want[n]["spec"] and "status" in have[n]
-        and have[n]["status"]["nodeCount"] == want[n]["status"]["nodeCount"]
-        and ready_of(have[n]) == ready_of(want[n]) for n in want)
 
 
 def leaf_of(tree: dict[str, dict[str, Any]], node: str) -> str:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,16 @@ import yaml
 
 from agent import yaml_codec
 from agent.cluster_model import ModelError, load_model
+from agent.command_line import (
+    EXIT_INPUT,
+    EXIT_USAGE,
+    InputError,
+    UsageError,
+    add_common_arguments,
+    one_line,
+    setup_logging,
+    summarise,
+)
 from agent.report import KIND, NodeReport
 from aggregator.feed import StaticSources
 from aggregator.pipeline import ClusterInputs, Pipeline
@@ -29,8 +40,8 @@ from aggregator.render import as_list
 from aggregator.sources import ibnetdiscover, labels, nodetopology, switch_lldp
 
 
-class InputError(ValueError):
-    pass
+log = logging.getLogger("hypertopo-aggregator")
+PROG = "hypertopo-aggregator"
 
 
 def _documents(path: Path) -> Iterator[dict[str, Any]]:
@@ -38,7 +49,7 @@ def _documents(path: Path) -> Iterator[dict[str, Any]]:
         text = path.read_text(encoding="utf-8")
         docs = [json.loads(text)] if path.suffix == ".json" else yaml_codec.load_all(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from exc
+        raise InputError(path, f"cannot read: {one_line(str(exc), width=200)}") from exc
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind", "").endswith("List"):
             yield from (item for item in doc.get("items") or [] if isinstance(item, dict))
@@ -46,29 +57,59 @@ def _documents(path: Path) -> Iterator[dict[str, Any]]:
             yield doc
 
 
-def load_reports(paths: Sequence[str]) -> dict[str, NodeReport]:
+def load_reports(paths: Sequence[str], *, strict: bool = True) -> dict[str, NodeReport]:
     """NodeTopology objects from files (one object, several YAML documents, or a List) and from
-    directories of such files (*.yaml, *.yml, *.json)."""
+    directories of such files (*.yaml, *.yml, *.json).
+
+    An unreadable file or report raises InputError (file, object, field path) when `strict`; else
+    it is skipped with a warning, as the live aggregator skips an unreadable NodeTopology, so one
+    bad report never hides the rest of the cluster. A node reported twice keeps its last report."""
     reports: dict[str, NodeReport] = {}
+    seen_in: dict[str, Path] = {}
+    skipped: list[str] = []
+    for file in _report_files(paths):
+        try:
+            objects = list(_documents(file))
+        except InputError as exc:
+            if strict:
+                raise
+            skipped.append(f"{file}")
+            log.warning("%s", exc)
+            continue
+        for obj in objects:
+            if obj.get("kind") != KIND:
+                continue
+            try:
+                report = nodetopology.report_from_object(obj)
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                error = InputError(file, one_line(str(exc), width=300), f"NodeTopology {_name_of(obj)!r}")
+                if strict:
+                    raise error from exc
+                skipped.append(f"{file}:{_name_of(obj)}")
+                log.warning("%s (skipped; --strict refuses it)", error)
+                continue
+            if report.node_name in seen_in:
+                log.warning("%s: NodeTopology %r also in %s: the later one is used",
+                            file, report.node_name, seen_in[report.node_name])
+            seen_in[report.node_name] = file
+            reports[report.node_name] = report
+    if skipped:
+        log.warning("skipped %s unreadable report(s): %s", len(skipped), summarise(skipped))
+    return reports
+
+
+def _report_files(paths: Sequence[str]) -> Iterator[Path]:
     for raw in paths:
         path = Path(raw)
-        files = (
-            sorted(p for ext in ("*.yaml", "*.yml", "*.json") for p in path.glob(ext))
-            if path.is_dir()
-            else [path]
-        )
-        for file in files:
-            for obj in _documents(file):
-                if obj.get("kind") != KIND:
-                    continue
-                try:
-                    report = nodetopology.report_from_object(obj)
-                except (TypeError, ValueError, KeyError) as exc:
-                    raise InputError(
-                        f"{file}: NodeTopology {obj.get('metadata', {}).get('name')!r}: {exc}"
-                    ) from exc
-                reports[report.node_name] = report
-    return reports
+        if path.is_dir():
+            yield from sorted(p for ext in ("*.yaml", "*.yml", "*.json") for p in path.glob(ext))
+        else:
+            yield path
+
+
+def _name_of(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    return one_line(str(metadata.get("name")), width=80) if isinstance(metadata, dict) else "None"
 
 
 def load_nodes(paths: Sequence[str]) -> dict[str, bool]:
@@ -77,12 +118,35 @@ def load_nodes(paths: Sequence[str]) -> dict[str, bool]:
     nodes: dict[str, bool] = {}
     for raw in paths:
         for obj in _documents(Path(raw)):
-            if obj.get("kind") != "Node" or not (obj.get("metadata") or {}).get("name"):
+            metadata = obj.get("metadata")
+            if obj.get("kind") != "Node" or not isinstance(metadata, dict) or not metadata.get("name"):
                 continue
-            conditions = (obj.get("status") or {}).get("conditions") or []
-            ready = [c.get("status") == "True" for c in conditions if c.get("type") == "Ready"]
-            nodes[str(obj["metadata"]["name"])] = ready[0] if ready else True
+            status = obj.get("status") or {}
+            conditions = status.get("conditions") if isinstance(status, dict) else None
+            if not isinstance(conditions or [], list):
+                raise InputError(raw, "expected a list", f"Node {metadata['name']!r}: status.conditions")
+            ready = [
+                c.get("status") == "True" for c in conditions or [] if isinstance(c, dict) and c.get("type") == "Ready"
+            ]
+            nodes[str(metadata["name"])] = ready[0] if ready else True
     return nodes
+
+
+def load_node_labels(paths: Sequence[str]) -> dict[str, dict[str, str]]:
+    """`--node-labels` files: YAML maps of node name -> {label key: value}."""
+    node_labels: dict[str, dict[str, str]] = {}
+    for file in paths:
+        try:
+            data = yaml_codec.load(Path(file).read_text(encoding="utf-8")) or {}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise InputError(file, f"cannot read: {one_line(str(exc), width=200)}") from exc
+        if not isinstance(data, dict):
+            raise InputError(file, f"expected a map of node name -> labels, got {type(data).__name__}")
+        for node, labels_of in data.items():
+            if not isinstance(labels_of, dict):
+                raise InputError(file, f"expected a map of labels, got {type(labels_of).__name__}", str(node))
+            node_labels[str(node)] = {str(k): str(v) for k, v in labels_of.items()}
+    return node_labels
 
 
 def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,17 +199,10 @@ def static_sources(args: argparse.Namespace) -> StaticSources:
 
 
 def _inputs(args: argparse.Namespace) -> ClusterInputs:
-    reports = load_reports(args.reports or [])
+    reports = load_reports(args.reports or [], strict=args.strict)
     nodes = load_nodes(args.nodes or [])
     static = static_sources(args)
-    node_labels: dict[str, dict[str, str]] = {}
-    for file in args.node_labels or []:
-        node_labels.update(
-            {
-                str(k): {str(a): str(b) for a, b in v.items()}
-                for k, v in (yaml_codec.load(Path(file).read_text(encoding="utf-8")) or {}).items()
-            }
-        )
+    node_labels = load_node_labels(args.node_labels or [])
     return static.inputs(
         reports, node_ready=nodes, node_labels=node_labels, include_fabric_hosts=not reports and not nodes
     )
@@ -156,24 +213,22 @@ def _pattern(text: str | None, option: str) -> str | None:
         try:
             re.compile(text)
         except re.error as exc:
-            raise InputError(f"{option} {text!r}: not a regular expression: {exc}") from exc
+            raise UsageError(f"{option} {text!r}: not a regular expression: {exc}") from exc
     return text
 
 
+INPUT_ERRORS = (InputError, ibnetdiscover.IbnetdiscoverError, switch_lldp.SwitchLldpError, ModelError, OSError)
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """2 for usage (an option's value), 1 for input (a file); the controller's `run` uses it too."""
+    return EXIT_USAGE if isinstance(exc, (UsageError, labels.LabelLevelsError)) else EXIT_INPUT
+
+
 def cmd_render(args: argparse.Namespace) -> int:
-    try:
-        inputs = _inputs(args)
-    except (
-        InputError,
-        ibnetdiscover.IbnetdiscoverError,
-        switch_lldp.SwitchLldpError,
-        labels.LabelLevelsError,
-        ModelError,
-        OSError,
-    ) as exc:
-        print(f"hypertopo-aggregator render: {exc}", file=sys.stderr)
-        return 2
-    desired = Pipeline(ready_threshold=args.ready_threshold).compute(inputs, now=time.time())
+    inputs = _inputs(args)
+    pipeline = Pipeline(ready_threshold=args.ready_threshold, degraded_threshold=args.degraded_threshold)
+    desired = pipeline.compute(inputs, now=time.time())
     document = as_list(desired.hypernodes)
     if args.format == "json":
         json.dump(document, sys.stdout, indent=2, sort_keys=True)
@@ -181,19 +236,26 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         yaml_codec.dump(document, sys.stdout, sort_keys=False)
     if desired.tree is not None:
-        for key, reason in desired.tree.dropped:
-            print(f"hypertopo-aggregator render: dropped domain {key}: {reason}", file=sys.stderr)
-        for node, missing in sorted(desired.tree.uncabled.items()):
-            print(
-                f"hypertopo-aggregator render: {node} is not cabled to {', '.join(missing)} "
-                "(the rest of its leaf domain is)",
-                file=sys.stderr,
-            )
+        _warn_tree(desired.tree.dropped, desired.tree.uncabled)
     for warning in desired.warnings:
-        print(f"hypertopo-aggregator render: warning: {warning}", file=sys.stderr)
+        print(f"hypertopo-aggregator render: warning: {one_line(warning)}", file=sys.stderr)
     if not desired.hypernodes and (inputs.reports or inputs.node_ready or inputs.fabric):
         print("hypertopo-aggregator render: no HyperNodes: no node was placed on a switch", file=sys.stderr)
     return 0
+
+
+def _warn_tree(dropped: Sequence[tuple[str, str]], uncabled: Mapping[str, Sequence[str]]) -> None:
+    """The tree's warnings, each one line however large the fabric: a count and the first names."""
+    if dropped:
+        names = [f"{key} ({reason})" for key, reason in dropped]
+        print(f"{PROG} render: dropped domains that partly overlap a kept one, {summarise(names)}", file=sys.stderr)
+    if uncabled:
+        names = [f"{node} (not to {', '.join(missing)})" for node, missing in sorted(uncabled.items())]
+        print(
+            f"{PROG} render: nodes not cabled to every leaf of their leaf domain (the rest of it is), "
+            f"{summarise(names)}",
+            file=sys.stderr,
+        )
 
 
 def _add_render(sub: Any) -> None:
@@ -241,7 +303,20 @@ def _add_render(sub: Any) -> None:
         default=0.0,
         help="unhealthy members a HyperNode tolerates: fraction < 1 or a count (default 0)",
     )
+    render.add_argument(
+        "--degraded-threshold",
+        type=float,
+        default=0.0,
+        help="degraded members (grey failures) a HyperNode tolerates before FabricDegraded=True: "
+        "fraction < 1 or a count (default 0: any degraded member)",
+    )
     render.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format")
+    render.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse (exit 1) an unreadable report instead of skipping it with a warning",
+    )
+    add_common_arguments(render, top=False)
     render.set_defaults(func=cmd_render)
 
 
@@ -261,6 +336,7 @@ def _add_run(sub: Any, wanted: bool) -> None:
         run.set_defaults(func=lambda _args: (print(message, file=sys.stderr), 1)[1])
         return
     controller.add_run_arguments(run)
+    add_common_arguments(run, top=False)
     run.set_defaults(func=controller.run)
 
 
@@ -269,6 +345,7 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         prog="hypertopo-aggregator",
         description="Joins per-node NodeTopology reports (and fabric dumps) into Volcano HyperNodes.",
     )
+    add_common_arguments(top)
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_render(sub)
     _add_run(sub, wanted="run" in argv[:1])
@@ -276,9 +353,15 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit 0, 1 for input that cannot be used, 2 for bad usage; an error is one line on stderr."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser(argv).parse_args(argv)
-    result: int = args.func(args)
+    setup_logging("INFO", args.log_format)
+    try:
+        result: int = args.func(args)
+    except (UsageError, labels.LabelLevelsError, *INPUT_ERRORS) as exc:
+        print(f"{PROG} {args.command}: {one_line(str(exc), width=600)}", file=sys.stderr)
+        return exit_code_of(exc)
     return result
 
 

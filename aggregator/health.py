@@ -1,4 +1,5 @@
-"""Health: from each member node's state to a HyperNode's `Ready` condition, with flap damping.
+"""Health: from each member node's state to a HyperNode's `Ready` and `FabricDegraded` conditions,
+with flap damping.
 
 A scheduler placing a gang on a domain needs to know whether the domain can carry it: a rack with
 a failed NVLink switch tray, or a leaf whose nodes lost their RDMA ports, should stop attracting
@@ -8,6 +9,16 @@ missing report means we do not know, which is not the same as healthy). A domain
 once its unhealthy members exceed a threshold (a fraction below 1, or a count from 1 up), Unknown
 when the unknown members could push it over, True otherwise.
 
+Grey failures are kept apart from failures: a port that trained at half rate, symbol errors that
+climb, a link that flaps, a PCIe link below its maximum, an NVLink fabric reporting degraded
+bandwidth still carry traffic, only slower. Counting them against `Ready` would take capacity out
+of service for a slowdown; ignoring them would let the scheduler put a job across one bad link
+that throttles every collective. So an agent's grey findings (`NodeReport.findings`, the
+components it marks `degraded` for them) make a member *degraded*, which feeds a second
+condition, `FabricDegraded` (True once degraded members exceed their own threshold), while `Ready`
+stays about failures. A `degraded` component the agent explains with no grey finding keeps its
+older meaning (a port or link in use is down, an NVLink is down): a failure.
+
 Conditions flip only after the new state has held for `hold_down_seconds` (a link that flaps
 every few seconds must not make the scheduler thrash), and `lastTransitionTime` moves only on a
 real transition. Time is a parameter (`now`, seconds since the epoch), never read from a clock.
@@ -16,14 +27,17 @@ real transition. Time is a parameter (`now`, seconds since the epoch), never rea
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from agent.report import Health, NodeReport
+from agent.report import ComponentHealth, Health, NodeReport
 
-FABRIC_COMPONENTS = {"nvml": "NVLink", "rdma": "RDMA", "net": "link"}
+FABRIC_COMPONENTS = {"nvml": "NVLink", "rdma": "RDMA", "net": "link", "pcie": "PCIe"}
+GREY_ONLY = frozenset({"pcie"})  # components whose `degraded` is always a grey finding
 MAX_NAMED = 5
+READY = "Ready"
+FABRIC_DEGRADED = "FabricDegraded"
 
 
 class MemberState(enum.StrEnum):
@@ -37,6 +51,13 @@ class MemberHealth:
     state: MemberState
     problems: tuple[str, ...] = ()  # e.g. ("NVLink failed: link 3 down", "Node NotReady")
     causes: frozenset[str] = frozenset()  # "NVLink", "RDMA", "link", "NodeNotReady", "AgentGone", ...
+    # grey findings, whatever `state` is: ("RDMA mlx5_0/1 error-rate: ...",) and their components
+    degraded: tuple[str, ...] = ()
+    degraded_causes: frozenset[str] = frozenset()
+
+    @property
+    def is_degraded(self) -> bool:
+        return bool(self.degraded)
 
 
 HEALTHY = MemberHealth(MemberState.HEALTHY)
@@ -53,11 +74,14 @@ def member_health(
         return MemberHealth(MemberState.UNKNOWN, ("no NodeTopology report",), frozenset({"ReportMissing"}))
     problems: list[str] = []
     causes: set[str] = set()
+    grey = grey_findings(report)
     for component, label in FABRIC_COMPONENTS.items():
         health = report.health.get(component)
-        if health is not None and health.state in (Health.FAILED, Health.DEGRADED):
-            detail = f": {health.reason}" if health.reason else ""
-            problems.append(f"{label} {health.state.value}{detail}")
+        if health is None or health.state not in (Health.FAILED, Health.DEGRADED):
+            continue
+        hard = _hard_reason(component, health, grey.get(component, ()))
+        if hard is not None:
+            problems.append(f"{label} {health.state.value}{': ' + hard if hard else ''}")
             causes.add(label)
     domain = report.nvml.domain if report.nvml else None
     if domain is not None and domain.state != "completed" and "NVLink" not in causes:
@@ -66,9 +90,54 @@ def member_health(
     if node_ready is False:
         problems.append("Node NotReady")
         causes.add("NodeNotReady")
+    degraded = tuple(text for items in grey.values() for text in items)
+    degraded_causes = frozenset(FABRIC_COMPONENTS.get(c, c) for c in grey)
     if problems:
-        return MemberHealth(MemberState.UNHEALTHY, tuple(problems), frozenset(causes))
+        return MemberHealth(MemberState.UNHEALTHY, tuple(problems), frozenset(causes), degraded, degraded_causes)
+    if degraded:
+        return MemberHealth(MemberState.HEALTHY, (), frozenset(), degraded, degraded_causes)
     return HEALTHY
+
+
+def grey_findings(report: NodeReport) -> dict[str, tuple[str, ...]]:
+    """Component -> its grey findings as text ("RDMA mlx5_0/1 error-rate: ..."), sorted by component.
+
+    Only findings whose component the agent marks `degraded` count: a finding under a `failed`
+    component is part of that failure (Ready says it), and one under an `ok` component is stale."""
+    out: dict[str, list[str]] = {}
+    for finding in getattr(report, "findings", ()):
+        component = str(finding.component)
+        health = report.health.get(component)
+        if finding.severity is not Health.DEGRADED or health is None or health.state is not Health.DEGRADED:
+            continue
+        label = FABRIC_COMPONENTS.get(component, component)
+        detail = finding.reason or f"{finding.value} (threshold {finding.threshold}, {finding.window_s}s window)"
+        out.setdefault(component, []).append(f"{label} {finding.subject} {finding.kind}: {detail}")
+    return {c: tuple(out[c]) for c in sorted(out)}
+
+
+def _hard_reason(component: str, health: ComponentHealth, grey: tuple[str, ...]) -> str | None:
+    """The failure in a failed or degraded component, or None when it is only grey.
+
+    `failed` is always a failure. `degraded` is grey when grey findings explain it (PCIe has no
+    other kind); otherwise it is the older "a port, link or NVLink in use is down", a failure.
+    Where findings and a down port share one component, the parts of the agent's reason (joined
+    with "; ") that no finding states are the failure."""
+    if health.state is Health.FAILED:
+        return health.reason
+    if component in GREY_ONLY:
+        return None
+    if not grey:
+        return health.reason
+    stated = {text.split(": ", 1)[-1] for text in grey}
+    rest = [part for part in health.reason.split("; ") if part and part not in stated]
+    return "; ".join(rest) if rest and not _all_grey_words(rest, grey) else None
+
+
+def _all_grey_words(parts: list[str], grey: tuple[str, ...]) -> bool:
+    """True when every leftover part names a subject a finding already covers (a summary line)."""
+    subjects = {text.split(" ", 2)[1] for text in grey if text.count(" ") >= 2}
+    return all(any(subject in part for subject in subjects) for part in parts)
 
 
 @dataclass(frozen=True)
@@ -98,11 +167,12 @@ class Condition:
     reason: str
     message: str
     last_transition: float = 0.0
+    type: str = READY  # READY or FABRIC_DEGRADED
 
     def to_wire(self, observed_generation: int | None = None) -> dict[str, object]:
         stamp = datetime.fromtimestamp(self.last_transition, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         wire: dict[str, object] = {
-            "type": "Ready",
+            "type": self.type,
             "status": self.status,
             "reason": self.reason,
             "message": self.message,
@@ -113,8 +183,8 @@ class Condition:
         return wire
 
 
-def _named(items: list[tuple[str, MemberHealth]]) -> str:
-    shown = "; ".join(f"{node}: {', '.join(h.problems)}" for node, h in items[:MAX_NAMED])
+def _named(items: list[tuple[str, MemberHealth]], *, grey: bool = False) -> str:
+    shown = "; ".join(f"{node}: {', '.join(h.degraded if grey else h.problems)}" for node, h in items[:MAX_NAMED])
     more = len(items) - MAX_NAMED
     return shown + (f"; and {more} more" if more > 0 else "")
 
@@ -180,6 +250,29 @@ def judge(
     return Condition("True", "MembersHealthy", f"all {total} nodes healthy")
 
 
+DEGRADED_REASONS = {"NVLink": "NVLinkDegraded", "RDMA": "RDMADegraded", "link": "LinkDegraded", "PCIe": "PCIeDegraded"}
+
+
+def judge_degraded(total: int, degraded: list[tuple[str, MemberHealth]], threshold: Threshold) -> Condition:
+    """The FabricDegraded condition for a domain of `total` nodes with these degraded members.
+
+    True once they exceed `threshold` (reason by component when all share one), False otherwise;
+    the message names the nodes and their findings (five, then a count). Members that do not
+    report are `Ready`'s business (Unknown there), not a grey failure here."""
+    degraded = sorted(degraded, key=lambda item: item[0])
+    limit = threshold.describe()
+    if threshold.exceeded(len(degraded), total):
+        causes = set().union(*(h.degraded_causes for _, h in degraded))
+        reason = DEGRADED_REASONS.get(next(iter(causes)), "MembersDegraded") if len(causes) == 1 else "MembersDegraded"
+        message = f"{len(degraded)} of {total} nodes degraded (tolerates {limit}): {_named(degraded, grey=True)}"
+        return Condition("True", reason, message, type=FABRIC_DEGRADED)
+    if degraded:
+        message = (f"{len(degraded)} of {total} nodes degraded, within tolerance ({limit}): "
+                   f"{_named(degraded, grey=True)}")
+        return Condition("False", "WithinThreshold", message, type=FABRIC_DEGRADED)
+    return Condition("False", "NoDegradedMembers", f"no degraded members among {total} nodes", type=FABRIC_DEGRADED)
+
+
 @dataclass
 class _Track:
     published: Condition
@@ -197,18 +290,18 @@ class HoldDown:
     def observe(self, key: str, wanted: Condition, now: float) -> Condition:
         track = self.tracks.get(key)
         if track is None:  # first sight: nothing to damp against
-            published = Condition(wanted.status, wanted.reason, wanted.message, now)
+            published = replace(wanted, last_transition=now)
             self.tracks[key] = _Track(published)
             return published
         current = track.published
         if wanted.status == current.status:
             track.pending = None
-            track.published = Condition(wanted.status, wanted.reason, wanted.message, current.last_transition)
+            track.published = replace(wanted, last_transition=current.last_transition)
             return track.published
         if track.pending is None or track.pending.status != wanted.status:
             track.pending, track.pending_since = wanted, now
         if now - track.pending_since >= self.seconds:
-            track.published = Condition(wanted.status, wanted.reason, wanted.message, now)
+            track.published = replace(wanted, last_transition=now)
             track.pending = None
         return track.published
 
@@ -222,3 +315,30 @@ class HoldDown:
         """When a pending change will be due (so a controller can recompute then)."""
         due = [t.pending_since + self.seconds for t in self.tracks.values() if t.pending is not None]
         return min(due) if due else None
+
+
+@dataclass
+class DegradedConditions:
+    """`FabricDegraded` for every domain: its threshold, its own hold-down state, and the set of
+    degraded members kept current node by node (a domain's check is a set intersection, so one
+    node's change costs only its own domains)."""
+
+    threshold: Threshold = field(default_factory=Threshold)
+    hold: HoldDown = field(default_factory=HoldDown)
+    members: set[str] = field(default_factory=set)
+
+    def reset(self, health: Mapping[str, MemberHealth], domains: Iterable[str]) -> None:
+        """After a full rebuild: every member's health, and the domains that still exist."""
+        self.members = {n for n, h in health.items() if h.is_degraded}
+        self.hold.forget(domains)
+
+    def note(self, node: str, health: MemberHealth) -> None:
+        """One member's health changed."""
+        if health.is_degraded:
+            self.members.add(node)
+        else:
+            self.members.discard(node)
+
+    def condition(self, key: str, nodes: Set[str], health: Mapping[str, MemberHealth], now: float) -> Condition:
+        wanted = judge_degraded(len(nodes), [(n, health[n]) for n in nodes & self.members], self.threshold)
+        return self.hold.observe(key, wanted, now)

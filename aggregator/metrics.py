@@ -29,11 +29,18 @@ from prometheus_client.registry import Collector
 PREFIX = "hypertopo_aggregator"
 
 
-def _ready_of(obj: Mapping[str, Any]) -> str:
+CONDITION_TYPES = ("Ready", "FabricDegraded")  # aggregator.health.READY, FABRIC_DEGRADED
+
+
+def _condition_of(obj: Mapping[str, Any], kind: str = "Ready") -> str:
     for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
+        if cond.get("type") == kind:
             return str(cond.get("status", "Unknown"))
     return "Unknown"
+
+
+def _ready_of(obj: Mapping[str, Any]) -> str:
+    return _condition_of(obj, "Ready")
 
 
 class _ClusterState(Collector):
@@ -43,16 +50,22 @@ class _ClusterState(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[tuple[str, str, str]] | None = None  # None: withdrawn
+        self._conditions: Counter[tuple[str, str, str, str]] = Counter()  # tier, name, type, status
         self._stale_agents = 0
         self._clashes = 0
 
     def publish(self, hypernodes: Iterable[Mapping[str, Any]], *, stale_agents: int, clashes: int) -> None:
         counts: Counter[tuple[str, str, str]] = Counter()
+        conditions: Counter[tuple[str, str, str, str]] = Counter()
         for obj in hypernodes:
             spec = obj.get("spec") or {}
-            counts[(str(spec.get("tier", "")), str(spec.get("tierName", "")), _ready_of(obj))] += 1
+            tier, name = str(spec.get("tier", "")), str(spec.get("tierName", ""))
+            counts[(tier, name, _ready_of(obj))] += 1
+            for kind in CONDITION_TYPES:
+                conditions[(tier, name, kind, _condition_of(obj, kind))] += 1
         with self._lock:
             self._counts, self._stale_agents, self._clashes = counts, stale_agents, clashes
+            self._conditions = conditions
 
     def withdraw(self) -> None:
         with self._lock:
@@ -61,6 +74,7 @@ class _ClusterState(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         with self._lock:
             counts, stale, clashes = self._counts, self._stale_agents, self._clashes
+            conditions = self._conditions
         if counts is None:
             return
         family = GaugeMetricFamily(
@@ -71,6 +85,15 @@ class _ClusterState(Collector):
         for (tier, name, ready), count in sorted(counts.items()):
             family.add_metric([tier, name, ready], count)
         yield family
+        by_condition = GaugeMetricFamily(
+            f"{PREFIX}_hypernode_conditions",
+            "HyperNodes owned by hypertopo, by tier, tier name, condition type (Ready, FabricDegraded) "
+            "and its status (leader only)",
+            labels=["tier", "tier_name", "condition", "status"],
+        )
+        for (tier, name, kind, status), count in sorted(conditions.items()):
+            by_condition.add_metric([tier, name, kind, status], count)
+        yield by_condition
         yield GaugeMetricFamily(
             f"{PREFIX}_stale_agents",
             "Nodes with a NodeTopology whose agent pod is missing or not Ready (leader only)",

@@ -1,4 +1,5 @@
-"""Opt-in marks on Node objects: `hypertopo.io/<tierName>` labels and the fabric-fault taint.
+"""Opt-in marks on Node objects: `hypertopo.io/<tierName>` labels, the fabric-fault taint, and the
+`hypertopo.io/fabric-degraded` annotation (grey failures, with the time since when).
 
 Both are written only when they differ from the live Node, and touch nothing else on it:
 - Labels go by server-side apply with their own field manager. The set we own is read back from
@@ -7,6 +8,12 @@ Both are written only when they differ from the live Node, and touch nothing els
 - Taints are an atomic list in the Node schema, so server-side apply would replace everyone's
   taints. Instead the new list is the live list minus our taint (plus it when wanted), sent as a
   merge patch with the live resourceVersion as precondition; a 409 re-reads the Node and retries.
+- The degraded annotation goes by server-side apply under a field manager of its own, so applying
+  an empty set removes it again and no one else's annotation is touched. Its value is the time the
+  node was first seen degraded (RFC 3339, UTC); a live value is kept while the node stays degraded,
+  so an aggregator restart does not reset it. It tells the scheduler which nodes are degraded and
+  since when (`hypertopo.io/on-fabric-fault: restart-pods-on-degraded` acts on it); a node that
+  failed outright gets the taint, never this mark alone.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ LABEL_MANAGER = "hypertopo-aggregator-node-labels"
 LABEL_PREFIX = "hypertopo.io/"
 TAINT_KEY = "hypertopo.io/fabric-unhealthy"
 TAINT_EFFECT = "NoSchedule"
+DEGRADED_ANNOTATION = "hypertopo.io/fabric-degraded"
+DEGRADED_MANAGER = "hypertopo-aggregator-node-degraded"
 
 Obj = dict[str, Any]
 
@@ -33,6 +42,7 @@ class NodeStore(Protocol):
     def get(self, name: str) -> Obj: ...
     def apply_labels(self, name: str, labels: Mapping[str, str]) -> Obj: ...
     def patch_taints(self, name: str, taints: list[Obj], *, resource_version: str) -> Obj: ...
+    def apply_annotations(self, name: str, annotations: Mapping[str, str], *, field_manager: str) -> Obj: ...
 
 
 def owned_label_keys(node: Mapping[str, Any]) -> set[str]:
@@ -75,6 +85,32 @@ def wanted_taints(node: Mapping[str, Any], unhealthy: bool) -> list[Obj] | None:
     return others
 
 
+def degraded_changes(
+    degraded: frozenset[str], nodes: Mapping[str, Mapping[str, Any]], now: str
+) -> dict[str, dict[str, str]]:
+    """Nodes whose degraded annotation must change -> the annotations to apply ({} removes ours).
+
+    A node newly degraded gets `now`; one still degraded keeps its live value; one no longer
+    degraded loses it (only where our manager set it: someone else's copy is theirs)."""
+    changes: dict[str, dict[str, str]] = {}
+    for name, node in nodes.items():
+        have = ((node.get("metadata") or {}).get("annotations") or {}).get(DEGRADED_ANNOTATION)
+        if name in degraded and have is None:
+            changes[name] = {DEGRADED_ANNOTATION: now}
+        elif name not in degraded and have is not None and _owns_annotation(node):
+            changes[name] = {}
+    return changes
+
+
+def _owns_annotation(node: Mapping[str, Any]) -> bool:
+    for entry in (node.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") == DEGRADED_MANAGER and entry.get("operation") == "Apply":
+            fields = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations") or {}
+            if f"f:{DEGRADED_ANNOTATION}" in fields:
+                return True
+    return False
+
+
 @dataclass
 class MarkOutcome:
     writes: Counter[str] = field(default_factory=Counter)
@@ -104,6 +140,21 @@ class NodeMarker:
             except ApiError as exc:
                 log.warning("node %s: labels: %s", name, exc)
                 outcome.errors.append(f"{name}: labels: {exc}")
+        return outcome
+
+    def apply_degraded(
+        self, degraded: frozenset[str], nodes: Mapping[str, Mapping[str, Any]], now: str
+    ) -> MarkOutcome:
+        """Sets or removes the degraded annotation where it differs (`degraded_changes`)."""
+        outcome = MarkOutcome()
+        for name, marks in sorted(degraded_changes(degraded, nodes, now).items()):
+            self._check_leader()
+            try:
+                outcome.written[name] = self.store.apply_annotations(name, marks, field_manager=DEGRADED_MANAGER)
+                outcome.writes["degraded"] += 1
+            except ApiError as exc:
+                log.warning("node %s: degraded annotation: %s", name, exc)
+                outcome.errors.append(f"{name}: degraded annotation: {exc}")
         return outcome
 
     def apply_taints(self, unhealthy: frozenset[str], nodes: Mapping[str, Mapping[str, Any]]) -> MarkOutcome:

@@ -28,6 +28,7 @@ from aggregator import render as hypernodes
 from aggregator.graph import FabricGraph
 from aggregator.health import (
     Condition,
+    DegradedConditions,
     HoldDown,
     MemberHealth,
     MemberState,
@@ -66,6 +67,7 @@ class Desired:
     hypernodes: list[dict[str, Any]]  # full objects, sorted by name
     node_labels: dict[str, dict[str, str]]  # node -> {hypertopo.io/<tierName>: HyperNode name}
     unhealthy_nodes: frozenset[str]
+    degraded_nodes: frozenset[str] = frozenset()  # members with grey findings (FabricDegraded)
     changed: frozenset[str] = frozenset()  # HyperNode names added, changed or removed since last time
     tree: DomainTree | None = None
     next_deadline: float | None = None  # when a held-down condition change falls due
@@ -93,9 +95,12 @@ def build_graph(inputs: ClusterInputs) -> FabricGraph:
 
 
 class Pipeline:
-    def __init__(self, *, ready_threshold: float = 0.0, hold_down_seconds: float = 0.0) -> None:
+    def __init__(
+        self, *, ready_threshold: float = 0.0, hold_down_seconds: float = 0.0, degraded_threshold: float = 0.0
+    ) -> None:
         self.threshold = Threshold(ready_threshold)
         self.hold = HoldDown(hold_down_seconds)
+        self.degraded = DegradedConditions(Threshold(degraded_threshold), HoldDown(hold_down_seconds))
         self._inputs: ClusterInputs | None = None
         self._graph = FabricGraph()
         self._tree: DomainTree | None = None
@@ -122,6 +127,7 @@ class Pipeline:
         self._unhealthy = {n for n, h in self._health.items() if h.state is MemberState.UNHEALTHY}
         self._unknown = {n for n, h in self._health.items() if h.state is MemberState.UNKNOWN}
         self.hold.forget(tree.domains)
+        self.degraded.reset(self._health, tree.domains)
         previous = self._objects
         self._objects = {self._names[key]: self._object(key, now) for key in tree.domains}
         self._order = sorted(self._objects)
@@ -190,6 +196,7 @@ class Pipeline:
 
     def _refresh_node(self, node: str, now: float) -> Desired:
         health = self._health[node] = self._member(node)
+        self.degraded.note(node, health)
         for state, members in (
             (MemberState.UNHEALTHY, self._unhealthy),
             (MemberState.UNKNOWN, self._unknown),
@@ -211,7 +218,8 @@ class Pipeline:
                 changed.add(name)
         return self._desired(frozenset(changed))
 
-    def _condition(self, key: str, now: float) -> Condition:
+    def _condition(self, key: str, now: float) -> tuple[Condition, Condition]:
+        """Ready and FabricDegraded."""
         assert self._tree is not None
         nodes = self._tree.domains[key].domain.nodes  # set intersections: cost of the few bad nodes
         wanted = judge(
@@ -220,7 +228,7 @@ class Pipeline:
             [(n, self._health[n]) for n in nodes & self._unknown],
             self.threshold,
         )
-        return self.hold.observe(key, wanted, now)
+        return self.hold.observe(key, wanted, now), self.degraded.condition(key, nodes, self._health, now)
 
     def _object(self, key: str, now: float) -> dict[str, Any]:
         assert self._tree is not None
@@ -239,8 +247,12 @@ class Pipeline:
             hypernodes=[self._objects[n] for n in self._order],
             node_labels=self._node_labels,
             unhealthy_nodes=frozenset(self._unhealthy),
+            degraded_nodes=frozenset(self.degraded.members),
             changed=changed,
             tree=self._tree,
-            next_deadline=self.hold.next_deadline(),
+            next_deadline=min(
+                (d for d in (self.hold.next_deadline(), self.degraded.hold.next_deadline()) if d is not None),
+                default=None,
+            ),
             warnings=tuple(self._graph.warnings),
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aggregator.health import Condition
@@ -66,10 +66,14 @@ def _members(td: TreeDomain, name_of: Mapping[str, str]) -> list[dict[str, Any]]
     return [{"type": kind, "selector": {"exactMatch": {"name": name}}} for kind, name in sorted(members)]
 
 
-def hypernode(td: TreeDomain, name_of: Mapping[str, str], condition: Condition | None) -> dict[str, Any]:
+def hypernode(
+    td: TreeDomain, name_of: Mapping[str, str], condition: Condition | Sequence[Condition] | None
+) -> dict[str, Any]:
+    """One HyperNode; `condition` is Ready, or Ready and FabricDegraded (aggregator.health)."""
     status: dict[str, Any] = {"nodeCount": len(td.domain.nodes)}
-    if condition is not None:
-        status["conditions"] = [condition.to_wire()]
+    conditions = [condition] if isinstance(condition, Condition) else list(condition or ())
+    if conditions:
+        status["conditions"] = [c.to_wire() for c in conditions]
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import core, nested, subgroups, volcano
+from aggregator.placement import core, degraded, nested, subgroups, volcano
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec, Unplaceable, limits_from_annotations
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.resources import pod_request
@@ -136,8 +136,10 @@ def decide(
     *,
     excluded_domains: frozenset[str] = frozenset(),
     filter_cache: dict[Any, dict[str, str]] | None = None,
+    degraded_nodes: frozenset[str] = frozenset(),
 ) -> Decision:
-    """Places the gang's pending pods on the scheduler's view of free capacity (assumed pods count)."""
+    """Places the gang's pending pods on the scheduler's view of free capacity (assumed pods count);
+    of equally good placements, one without `degraded_nodes` (`degraded.prefer_healthy`)."""
     excluded = filter_nodes(state, view.pending, filter_cache)
     blocked_nodes = frozenset(excluded)
     anchors = {k: n for k, n in view.placed.items() if n not in blocked_nodes and _domain_ok(topology, n, excluded_domains)}
@@ -146,12 +148,15 @@ def decide(
         policies = subgroup_policies(view)
     except subgroups.SubGroupError as exc:
         return Decision(view, {}, None, reason=f"invalid sub-group policy: {exc}")
-    if policies:
-        placement = _place_subgroups(topology, state, view, gang, policies, anchors, blocked_nodes, excluded_domains)
-    else:
-        placement = core.place(topology, state.free(), gang, excluded_nodes=blocked_nodes,
-                               excluded_domains=excluded_domains)
-        placement = _with_task_minimums(topology, state, view, gang, placement, blocked_nodes, excluded_domains)
+
+    def attempt(blocked: frozenset[str]) -> Placement:
+        if policies:
+            return _place_subgroups(topology, state, view, gang, policies, anchors, blocked, excluded_domains)
+        found = core.place(topology, state.free(), gang, excluded_nodes=blocked, excluded_domains=excluded_domains)
+        return _with_task_minimums(topology, state, view, gang, found, blocked, excluded_domains)
+
+    levels = degraded.avoid_levels(topology, degraded_nodes)
+    placement = degraded.prefer_healthy(attempt(blocked_nodes), levels, lambda avoid: attempt(blocked_nodes | avoid))
     if placement.ok and placement.assignments:
         by_name = {_spec_name(pod_key(p)): pod_key(p) for p in view.pending}
         return Decision(view, {by_name[name]: node for name, node in placement.assignments.items()}, placement)

@@ -30,7 +30,10 @@ from aggregator.placement.state import (
 
 __all__ = ["GANG_LABEL", "GangView", "collect", "gang_key", "gangs_on_nodes", "group_status", "status_patch"]
 FAULT_ANNOTATION = "hypertopo.io/on-fabric-fault"
-FAULT_POLICIES = ("restart-pods", "restart-gang", "none")
+# restart-pods-on-degraded: restart-pods on failures, and moves pods off nodes that stay degraded
+# (aggregator.placement.degraded)
+RESTART_ON_DEGRADED = "restart-pods-on-degraded"
+FAULT_POLICIES = ("restart-pods", "restart-gang", "none", RESTART_ON_DEGRADED)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ Each affected gang, whichever scheduler placed it, follows its `hypertopo.io/on-
 annotation (on the pods, the PodGroup or the Volcano Job): `restart-pods` evicts only its pods on
 failed nodes (their owner recreates them and a scheduler re-places them away from the fault),
 `restart-gang` evicts all its pods (or, for a Volcano Job, asks Volcano to restart the Job),
-`none` (the default) leaves it alone. Pure: the eviction itself (Eviction API, rate limit,
-retries) is `eviction.py`.
+`restart-pods-on-degraded` is `restart-pods` here and besides moves pods off nodes that stay
+degraded (`degraded.py`), `none` (the default) leaves it alone. A degraded node (grey failure:
+the HyperNode condition FabricDegraded, the node annotation `hypertopo.io/fabric-degraded`) is
+never a failed node here. Pure: the eviction itself (Eviction API, rate limit, retries) is
+`eviction.py`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aggregator.placement import volcano
-from aggregator.placement.podgroups import GangView
+from aggregator.placement.podgroups import RESTART_ON_DEGRADED, GangView
 from aggregator.placement.state import FABRIC_TAINT, ClusterState, PodKey
 from aggregator.placement.topology import Topology
 
@@ -151,7 +154,7 @@ def plan(gangs: Iterable[GangView], failed: Mapping[str, str], jobs: Mapping[Pod
             continue
         for pod in gang.members:
             meta, node = pod.get("metadata") or {}, (pod.get("spec") or {}).get("nodeName")
-            if not node or (policy == "restart-pods" and node not in failed):
+            if not node or (policy in ("restart-pods", RESTART_ON_DEGRADED) and node not in failed):
                 continue
             why = failed.get(node) or f"gang {gang.key[1]} restarts: {failed[hit[0]]}"
             key = (str(meta.get("namespace")), str(meta.get("name")))

@@ -25,23 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agent.api_error import ApiError as ApiError  # re-exported: callers catch it from here
 from agent.metrics import PublishCounts
 
 log = logging.getLogger(__name__)
-
-TRANSIENT_STATUS = frozenset({409, 429})
-
-
-class ApiError(Exception):
-    """An apply that did not succeed: `status` None means the API server could not be reached."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-    @property
-    def transient(self) -> bool:
-        return self.status is None or self.status >= 500 or self.status in TRANSIENT_STATUS
 
 
 class ObjectApi(Protocol):

@@ -18,12 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from agent.adapters.endpoints import Endpoint, serve
+from agent.adapters.endpoints import parse_listen as parse_listen  # the CLI validates --listen with it
 from agent.collect import Prober, describe
 from agent.metrics import AgentMetrics
 from agent.publish import Publisher
@@ -41,14 +41,6 @@ class RunConfig:
     watch: bool = True  # start the netlink, LLDP and XID watchers
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """`:9730`, `127.0.0.1:9730` or `[::1]:9730` -> (host, port); raises ValueError."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen must be HOST:PORT or :PORT, not {text!r}")
-    return (host.strip("[]") or "0.0.0.0", int(port))
-
-
 class Agent:
     """The long-running agent: wires the prober, publisher, watchers and HTTP server together."""
 
@@ -63,7 +55,7 @@ class Agent:
         self._poke = threading.Event()
         self._watchers: list[Any] = []
         self._threads: list[threading.Thread] = []
-        self._server: ThreadingHTTPServer | None = None
+        self._server: Endpoint | None = None
         self._lldp: Any = None
         self.cycles = 0
 
@@ -125,17 +117,12 @@ class Agent:
         self._threads.append(thread)
 
     def serve(self) -> None:
-        self._server = ThreadingHTTPServer(self.config.listen, _handler(self))
-        self._server.daemon_threads = True
-        self._spawn("http", self._server.serve_forever)
-        host, port = self._server.server_address[:2]
-        log.info("serving /metrics, /healthz, /readyz on %s:%s", host, port)
+        self._server = serve(self.registry, self.config.listen, {"/healthz": lambda: True, "/readyz": self.ready})
 
     @property
     def port(self) -> int:
         assert self._server is not None
-        port: int = self._server.server_address[1]
-        return port
+        return self._server.port
 
     def shutdown(self) -> None:
         self.stop()
@@ -143,7 +130,6 @@ class Agent:
             _quietly(f"stopping {type(watcher).__name__}", watcher.stop)
         if self._server is not None:
             self._server.shutdown()
-            self._server.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
         log.info("agent stopped after %d probe cycles", self.cycles)
@@ -203,30 +189,3 @@ def _quietly(what: str, fn: Callable[[], object]) -> None:
         fn()
     except Exception as exc:  # shutting down: report and go on
         log.warning("%s: %s", what, exc)
-
-
-def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # http.server's naming
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, generate_latest(agent.registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._reply(200, b"ok\n")
-            elif path == "/readyz":
-                ok, reason = agent.ready()
-                self._reply(200 if ok else 503, f"{reason}\n".encode())
-            else:
-                self._reply(404, b"not found: try /metrics, /healthz, /readyz\n")
-
-        def _reply(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # signature from base
-            log.debug("http: " + format, *args)
-
-    return Handler

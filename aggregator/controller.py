@@ -28,21 +28,19 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any, Protocol
 
+from agent.adapters.endpoints import serve
+from agent.adapters.informer import Informer
 from aggregator.adapters import kube as kubeapi
-from aggregator.adapters.informer import Informer
-from aggregator.leader import ElectionConfig, LeaderElector
-from aggregator.metrics import AggregatorMetrics, serve
+from aggregator.metrics import AggregatorMetrics
 from aggregator.node_marks import LABEL_MANAGER, NodeMarker
 from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
+from aggregator.service import Service, add_election_arguments, elector_from
 
 log = logging.getLogger(__name__)
 
@@ -343,12 +341,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("POD_NAMESPACE", "hypertopo-system"),
         help="namespace of the agent pods (the DaemonSet's); empty: all namespaces (needs cluster-wide pod access)",
     )
-    add("--identity", default=None, help="leader identity (default: $POD_NAME, else hostname_pid)")
-    add("--lease-name", default="hypertopo-aggregator", help="name of the leader-election Lease")
-    add("--lease-duration", type=float, default=15.0, help="seconds a lease is valid (default 15)")
-    add("--renew-deadline", type=float, default=10.0, help="seconds a leader keeps writing without renewing")
-    add("--retry-period", type=float, default=2.0, help="seconds between acquire/renew attempts (default 2)")
-    add("--no-leader-election", action="store_true", help="write without a Lease (a single replica only)")
+    add_election_arguments(parser, lease_name="hypertopo-aggregator")  # --identity, --lease-*, ...
     add("--agent-selector", default=DEFAULT_AGENT_SELECTOR,
         help="label selector of the agent pods (empty: agent liveness not tracked)")
     add_fabric_arguments(parser)  # --ibnetdiscover FILE..., --strip-domain, --dump-host-regex, --fabric-interfaces
@@ -391,10 +384,6 @@ def pipeline_compute(args: argparse.Namespace) -> Compute:
     return compute
 
 
-def identity_of(args: argparse.Namespace) -> str:
-    return str(args.identity or os.environ.get("POD_NAME") or f"{platform.node()}_{os.getpid()}")
-
-
 def _period(args: argparse.Namespace) -> float:
     if args.period:
         return float(args.period)
@@ -410,20 +399,13 @@ def run(args: argparse.Namespace) -> int:
         log.error("hypertopo-aggregator run: %s", exc)
         return 2
     metrics = AggregatorMetrics()
-    kube = kubeapi.connect(args.kubeconfig, on_write=metrics.count_write)
-    stop = threading.Event()
-    elector = None
-    if not args.no_leader_election:
-        config = ElectionConfig(
-            identity=identity_of(args),
-            namespace=args.namespace,
-            name=args.lease_name,
-            lease_duration=args.lease_duration,
-            renew_deadline=args.renew_deadline,
-            retry_period=args.retry_period,
-        )
-        lease = kubeapi.LeaseClient(kube, namespace=args.namespace, name=args.lease_name)
-        elector = LeaderElector(lease, config, on_change=metrics.set_leader)
+    try:
+        kube = kubeapi.connect(args.kubeconfig, on_write=metrics.count_write)
+    except ApiError as exc:
+        log.error("hypertopo-aggregator run: %s", exc)
+        return 1
+    lease = kubeapi.LeaseClient(kube, namespace=args.namespace, name=args.lease_name)
+    elector = elector_from(args, lease, on_change=metrics.set_leader)
     may_write = elector.is_leader if elector else (lambda: True)
     options = Options(
         args.node_labels,
@@ -441,29 +423,11 @@ def run(args: argparse.Namespace) -> int:
     def healthy() -> bool:
         return time.monotonic() - controller.last_beat < max(30.0, 5 * options.period)
 
-    server = serve(metrics.registry, args.listen, healthy=healthy, ready=controller.synced)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-        controller.changed.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    server = serve(metrics.registry, args.listen, {"/healthz": healthy, "/readyz": controller.synced})
     controller.start()
-    threads = [threading.Thread(target=controller.run, args=(stop,), name="reconcile")]
-    if elector is not None:
-        threads.append(threading.Thread(target=elector.run, args=(stop,), name="leader-election"))
-    for thread in threads:
-        thread.start()
-    stop.wait()
-    for thread in threads:
-        thread.join(timeout=30)
-    if elector is not None:
-        elector.release()
-    controller.stop()
-    server.shutdown()
-    return 0
+    service = Service([("reconcile", controller.run)], elector, on_stop=controller.changed.set,
+                      cleanup=(controller.stop, server.shutdown))
+    return service.run()
 
 
 def main(argv: list[str] | None = None) -> int:

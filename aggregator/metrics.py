@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -143,45 +142,3 @@ class AggregatorMetrics:
         self.is_leader.set(1 if leading else 0)
         if not leading:
             self.withdraw_state()
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """`:9731` -> ("0.0.0.0", 9731); `127.0.0.1:0` -> ("127.0.0.1", 0)."""
-    host, _, port = listen.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def serve(
-    registry: CollectorRegistry,
-    listen: str,
-    *,
-    healthy: Callable[[], bool],
-    ready: Callable[[], bool],
-) -> ThreadingHTTPServer:
-    """Starts /metrics, /healthz and /readyz on a daemon thread; `.shutdown()` stops it."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path in ("/healthz", "/readyz"):
-                ok = healthy() if path == "/healthz" else ready()
-                self._reply(200 if ok else 503, b"ok\n" if ok else b"not ok\n", "text/plain")
-            else:
-                self._reply(404, b"not found\n", "text/plain")
-
-        def _reply(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(parse_listen(listen), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from agent.api_error import ApiError as ApiError  # re-exported: callers catch it from here
+
 log = logging.getLogger(__name__)
 
 OWNER_LABELS: Mapping[str, str] = {
@@ -39,28 +41,6 @@ API_VERSION = "topology.volcano.sh/v1alpha1"
 KIND = "HyperNode"
 
 Obj = dict[str, Any]
-
-
-class ApiError(Exception):
-    """A failed API call: HTTP status (0 = server unreachable), reason and the server's message."""
-
-    def __init__(self, status: int, reason: str, message: str = ""):
-        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
 
 
 class NotLeader(Exception):

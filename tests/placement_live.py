@@ -93,8 +93,8 @@ class Cluster:
     def __init__(self, plane: ControlPlane, tag: str, *, kwok: bool = True) -> None:
         self.plane, self.tag, self.kwok = plane, tag, kwok
         self.ns = f"live-{tag}"
-        self.api = kube.KubeApi(kube.load_client(str(plane.kubeconfig), pool_size=32))
-        self._raw = self.api._json  # tests create/delete with plain JSON calls
+        self.api = kube.connect(str(plane.kubeconfig), pool_size=32, timeout=30.0)
+        self._raw = self.api.request  # tests create/delete with plain JSON calls
         self.nodes: list[str] = []
         self.hypernodes: list[str] = []
         self._raw("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}})
@@ -118,7 +118,7 @@ class Cluster:
             self._raw("POST", "/api/v1/nodes", body=body)
             # The TaintNodesByCondition admission plugin taints every new node not-ready; in a real
             # cluster the node lifecycle controller lifts it once the kubelet (here kwok) reports.
-            self._raw("PATCH", kube.NODES.path(None, name), body={"spec": {"taints": None}},
+            self._raw("PATCH", kube.NODES.path(name=name), body={"spec": {"taints": None}},
                       content_type=kube.MERGE_PATCH)
 
         parallel(one, names)
@@ -150,7 +150,7 @@ class Cluster:
 
     def taint(self, node: str, key: str = "hypertopo.io/fabric-unhealthy") -> None:
         patch = {"spec": {"taints": [{"key": key, "effect": "NoSchedule"}]}}
-        self._raw("PATCH", kube.NODES.path(None, node), body=patch, content_type=kube.MERGE_PATCH)
+        self._raw("PATCH", kube.NODES.path(name=node), body=patch, content_type=kube.MERGE_PATCH)
 
     # -- workloads ----------------------------------------------------------------------------
     def add_podgroup(self, name: str, min_member: int, annotations: dict[str, str] | None = None,
@@ -160,7 +160,7 @@ class Cluster:
             spec["scheduleTimeoutSeconds"] = timeout
         body = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                 "metadata": {"name": name, "namespace": self.ns, "annotations": annotations or {}}, "spec": spec}
-        self._raw("POST", kube.PODGROUPS.path(self.ns), body=body)
+        self._raw("POST", kube.PODGROUPS.path(namespace=self.ns), body=body)
 
     def pod_body(self, name: str, scheduler: str, *, gang: str | None = None, gpus: int = 1,
                  annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -174,7 +174,7 @@ class Cluster:
                          "containers": [{"name": "main", "image": "trainer:latest", "resources": resources}]}}
 
     def add_pods(self, bodies: Sequence[dict[str, Any]]) -> None:
-        parallel(lambda body: self._raw("POST", kube.PODS.path(self.ns), body=body), bodies)
+        parallel(lambda body: self._raw("POST", kube.PODS.path(namespace=self.ns), body=body), bodies)
 
     def pods(self) -> dict[str, dict[str, Any]]:
         items, _ = self.api.list(kube.PODS, label_selector=self.selector)
@@ -199,11 +199,11 @@ class Cluster:
         return wait_for(f"{count} {reason} events", probe, timeout)
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        doc = self._raw("GET", kube.EVENTS.path(self.ns), query=[("fieldSelector", f"reason={reason}")])
+        doc = self._raw("GET", kube.EVENTS.path(namespace=self.ns), query={"fieldSelector": f"reason={reason}"})
         return list(doc.get("items") or [])
 
     def podgroup(self, name: str) -> dict[str, Any]:
-        return self.api.get(kube.PODGROUPS, self.ns, name)
+        return self.api.get(kube.PODGROUPS, name, namespace=self.ns)
 
     # -- scheduler and teardown ---------------------------------------------------------------
     @contextlib.contextmanager
@@ -221,11 +221,11 @@ class Cluster:
     def cleanup(self) -> None:
         """Deletes what the test made (pods at once: there is no kubelet for non-kwok nodes)."""
         with contextlib.suppress(kube.ApiError):
-            self._raw("DELETE", kube.PODS.path(self.ns), query=[("gracePeriodSeconds", 0)])
+            self._raw("DELETE", kube.PODS.path(namespace=self.ns), query={"gracePeriodSeconds": 0})
         for name in self.hypernodes:
             with contextlib.suppress(kube.ApiError):
-                self._raw("DELETE", kube.HYPERNODES.path(None, name))
-        parallel(lambda n: self._try_delete(kube.NODES.path(None, n)), self.nodes)
+                self._raw("DELETE", kube.HYPERNODES.path(name=name))
+        parallel(lambda n: self._try_delete(kube.NODES.path(name=n)), self.nodes)
         with contextlib.suppress(kube.ApiError):
             self._raw("DELETE", f"/api/v1/namespaces/{self.ns}")
 

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from realparts import free_port
 
-from agent.adapters.kube import FIELD_MANAGER, KubeApi
+from agent.adapters.kube import FIELD_MANAGER, KubeApi, KubeClient
 from agent.probes.nvml_fake import FakeNvml
 from agent.publish import ApiError, Backoff, Publisher
 from agent.report import node_topology_object, report_from_spec, report_spec
@@ -82,7 +82,7 @@ def test_key_order_does_not_count_as_a_change() -> None:
 @pytest.mark.parametrize("status", [None, 500, 503, 409, 429])
 def test_transient_errors_back_off_exponentially_then_publish_the_latest(status: int | None) -> None:
     clock = FakeClock()
-    api = ScriptedApi(*[ApiError("away", status)] * 4)
+    api = ScriptedApi(*[ApiError(status or 0, "away")] * 4)
     publisher = Publisher(api, backoff=Backoff(base=1.0, cap=30.0), clock=clock, rng=lambda: 1.0)
     delays = []
     for generation in range(1, 5):
@@ -101,7 +101,7 @@ def test_transient_errors_back_off_exponentially_then_publish_the_latest(status:
 
 def test_a_new_state_during_backoff_waits_for_the_backoff() -> None:
     clock = FakeClock()
-    publisher = Publisher(ScriptedApi(ApiError("down")), clock=clock, rng=lambda: 0.0)
+    publisher = Publisher(ScriptedApi(ApiError(0, "down")), clock=clock, rng=lambda: 0.0)
     publisher.submit(obj("n1", 1))
     publisher.attempt()
     publisher.submit(obj("n1", 2))
@@ -118,7 +118,7 @@ def test_jitter_spreads_delays_between_base_and_the_exponential_ceiling() -> Non
 
 def test_permanent_errors_retry_slowly_at_the_cap() -> None:
     clock = FakeClock()
-    publisher = Publisher(ScriptedApi(ApiError("invalid", 422)), clock=clock, rng=lambda: 0.0)
+    publisher = Publisher(ScriptedApi(ApiError(422, "invalid")), clock=clock, rng=lambda: 0.0)
     publisher.submit(obj("n1", 1))
     assert not publisher.attempt()
     assert publisher.due_in() == 30.0
@@ -154,7 +154,7 @@ def test_verification_is_due_every_period_after_the_last_apply() -> None:
 
 
 def test_the_publisher_thread_retries_until_the_api_answers() -> None:
-    api = ScriptedApi(ApiError("refused"), ApiError("refused"), ApiError("503", 503))
+    api = ScriptedApi(ApiError(0, "refused"), ApiError(0, "refused"), ApiError(503, "503"))
     publisher = Publisher(api, backoff=Backoff(base=0.01, cap=0.05))
     stop = threading.Event()
     thread = threading.Thread(target=publisher.run, args=(stop,), daemon=True)
@@ -248,7 +248,7 @@ def test_while_the_api_server_is_away_it_retries_then_publishes_the_latest(apise
     client = apiserver.api_client()
     client.configuration.host = f"https://127.0.0.1:{free_port()}"  # nothing listens there
     client.configuration.retries = False
-    api = Switchable(KubeApi(client, timeout=(0.5, 2.0)))
+    api = Switchable(KubeApi(KubeClient(client, timeout=(0.5, 2.0))))
     fake = FakeNvml("hgx-h100")
     prober = fixture_prober(fake, node=f"agent-away-{unique}")
     publisher = Publisher(api, backoff=Backoff(base=0.02, cap=0.1))
@@ -284,7 +284,7 @@ def test_whatever_the_api_does_the_latest_state_wins_and_no_write_repeats(
     for generation, status in steps:
         publisher.submit(obj("n1", generation))
         if publisher.due_in() == 0.0:
-            api.script = [None if status is None else ApiError("no", status or None)]
+            api.script = [None if status is None else ApiError(status or 0, "no")]
             publisher.attempt()
         clock.now += 60  # past any backoff
     publisher.submit(obj("n1", 7))

@@ -57,7 +57,7 @@ class RecordingApi:
 
     def apply(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         if self.fail:
-            raise ApiError("connection refused")
+            raise ApiError(0, "Unreachable", "connection refused")
         self.applied.append(obj)
         return obj
 

@@ -10,8 +10,8 @@ from typing import Any
 from aggregator_controller_kit import hypernode, wait_for
 from prometheus_client import CollectorRegistry
 
-from aggregator.adapters.informer import Informer
-from aggregator.adapters.kube import HYPERNODES, WatchEvent
+from agent.adapters.informer import Informer
+from agent.adapters.kube import HYPERNODES, WatchEvent
 from aggregator.controller import Overlay, agent_readiness
 from aggregator.metrics import AggregatorMetrics
 from aggregator.reconcile import ApiError

@@ -19,13 +19,13 @@ from aggregator.placement.resources import Resources
 pytestmark = pytest.mark.apiserver
 
 
-class Interloper(kube.KubeApi):
+class Interloper(kube.KubeClient):
     """The scheduler's API, except that just before binding `victim`, `interfere(victim)` runs
     (another actor acting on the pod through the real API), and the victim's bind waits until
     every other bind of the gang has gone through, so the rollback has real work to do."""
 
-    def __init__(self, inner: kube.KubeApi, victim: str, interfere: Any, others: int) -> None:
-        super().__init__(inner._client)
+    def __init__(self, inner: kube.KubeClient, victim: str, interfere: Any, others: int) -> None:
+        super().__init__(inner.api, timeout=inner.timeout)
         self.victim, self.interfere, self.others = victim, interfere, others
         self.done = 0
         self.lock = threading.Condition()

@@ -43,7 +43,7 @@ def add_vc_podgroup(cluster: Cluster, name: str, min_member: int, *, queue: str 
         meta["ownerReferences"] = [owner]
     body = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": meta,
             "spec": {"minMember": min_member, **({"queue": queue} if queue else {}), **spec}}
-    cluster.api.create(kube.VC_PODGROUPS, cluster.ns, body)
+    cluster.api.create(kube.VC_PODGROUPS, body)
 
 
 def vc_pod(cluster: Cluster, name: str, group: str, scheduler: str, *, gpus: int = 8,
@@ -55,7 +55,7 @@ def vc_pod(cluster: Cluster, name: str, group: str, scheduler: str, *, gpus: int
 
 
 def vc_group(cluster: Cluster, name: str) -> dict[str, Any]:
-    return cluster.api.get(kube.VC_PODGROUPS, cluster.ns, name)
+    return cluster.api.get(kube.VC_PODGROUPS, name, namespace=cluster.ns)
 
 
 def condition(group: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -64,14 +64,14 @@ def condition(group: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def queue(cluster: Cluster, name: str, state: str = "Open") -> Iterator[str]:
-    cluster.api.create(kube.QUEUES, None, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+    cluster.api.create(kube.QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                                            "metadata": {"name": name}, "spec": {"weight": 1}})
     cluster.api.patch_status(kube.QUEUES, None, name, {"status": {"state": state}})
     try:
         yield name
     finally:
         with contextlib.suppress(kube.ApiError):
-            cluster._raw("DELETE", kube.QUEUES.path(None, name))
+            cluster._raw("DELETE", kube.QUEUES.path(name=name))
 
 
 def test_a_volcano_podgroup_is_admitted_placed_inside_its_network_topology_and_runs(cluster: Cluster) -> None:
@@ -184,7 +184,7 @@ def test_remediate_only_evicts_the_failed_nodes_pods_of_a_gang_another_scheduler
 def test_restart_gang_of_a_volcano_job_asks_volcano_to_restart_it(cluster: Cluster) -> None:
     layout = cluster.leaf_spine(leaves=1, per_leaf=2, gpus=8)
     nodes = layout[f"leaf-{cluster.tag}-0"]
-    job = cluster.api.create(kube.VC_JOBS, cluster.ns, {
+    job = cluster.api.create(kube.VC_JOBS, {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
         "metadata": {"name": "train", "namespace": cluster.ns, "annotations": {FAULT: "restart-gang"}},
         "spec": {"schedulerName": "volcano", "minAvailable": 2, "tasks": [{"name": "w", "replicas": 2, "template": {

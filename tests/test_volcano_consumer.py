@@ -59,7 +59,7 @@ pytestmark = pytest.mark.apiserver
 @dataclasses.dataclass
 class Fabric:
     plane: ControlPlane
-    api: kube.KubeApi
+    api: kube.KubeClient
     volcano: Volcano
     reports: dict[str, NodeReport]
     aggregator: subprocess.Popen[bytes]
@@ -89,7 +89,7 @@ class Fabric:
         return names.pop()
 
     def node(self, name: str) -> dict[str, Any]:
-        return self.api.get(kube.NODES, None, name)
+        return self.api.get(kube.NODES, name)
 
     def publish(self, report: NodeReport) -> None:
         """The agent's write: its node's NodeTopology, server-side applied."""
@@ -125,7 +125,7 @@ def fabric() -> Iterator[Fabric]:
         cluster.add_nodes(nodes, gpus=8)  # kwok keeps them Ready; the not-ready taint is lifted
         api = cluster.api
         for n in nodes:  # one agent pod per node: kwok runs it and reports it Ready
-            api.create(kube.PODS, AGENT_NS, {
+            api.create(kube.PODS, {
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": f"agent-{n}", "namespace": AGENT_NS,
                              "labels": {"app.kubernetes.io/name": "hypertopo-agent"}},
@@ -178,14 +178,14 @@ class Workload:
     def __init__(self, fab: Fabric, name: str) -> None:
         self.fab, self.api = fab, fab.api
         self.ns = f"vc-{name}-{uuid.uuid4().hex[:4]}"
-        self.api.create(kube.Resource("Namespace", "/api/v1", "namespaces", namespaced=False), None,
+        self.api.create(kube.NAMESPACES,
                         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}})
 
     def fill(self, node: str, gpus: int = 8) -> None:
         """A pod bound straight to `node` (no scheduler) holding `gpus` GPUs and a share of CPU/memory."""
         share = gpus / 8
         requests = {"nvidia.com/gpu": str(gpus), "cpu": str(int(32 * share)), "memory": f"{int(256 * share)}Gi"}
-        self.api.create(kube.PODS, self.ns, {
+        self.api.create(kube.PODS, {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"filler-{node}-{uuid.uuid4().hex[:4]}", "namespace": self.ns,
                          "labels": {"role": "filler"}},
@@ -205,12 +205,12 @@ class Workload:
     def gang(self, name: str, pods: int, gpus: int, topology: Mapping[str, Any]) -> float:
         """A Volcano PodGroup (minMember = pods, `spec.networkTopology` = topology) and its pods;
         returns the monotonic time the last object was created."""
-        self.api.create(VC_PODGROUPS, self.ns, {
+        self.api.create(VC_PODGROUPS, {
             "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": self.ns},
             "spec": {"minMember": pods, "queue": "default", "networkTopology": dict(topology)}})
         for i in range(pods):
-            self.api.create(kube.PODS, self.ns, self.pod_body(f"{name}-{i}", name, gpus))
+            self.api.create(kube.PODS, self.pod_body(f"{name}-{i}", name, gpus))
         return time.monotonic()
 
     def placement(self, gang: str) -> dict[str, str | None]:
@@ -228,24 +228,24 @@ class Workload:
         return bound, time.monotonic() - since
 
     def podgroup(self, name: str) -> dict[str, Any]:
-        return self.api.get(VC_PODGROUPS, self.ns, name)
+        return self.api.get(VC_PODGROUPS, name, namespace=self.ns)
 
     def delete_gang(self, name: str) -> None:
         with contextlib.suppress(kube.ApiError):
-            self.api._json("DELETE", VC_PODGROUPS.path(self.ns, name))
+            self.api.request("DELETE", VC_PODGROUPS.path(namespace=self.ns, name=name))
         self._delete_pods(f"gang={name}")
 
     def _delete_pods(self, selector: str) -> None:
-        self.api._json("DELETE", kube.PODS.path(self.ns), query=[("labelSelector", selector), ("gracePeriodSeconds", 0)])
+        self.api.request("DELETE", kube.PODS.path(namespace=self.ns), query={"labelSelector": selector, "gracePeriodSeconds": 0})
         wait_for(f"pods {selector or '(all)'} of {self.ns} gone",
                  lambda: not [p for p in self.api.list(kube.PODS, label_selector=selector)[0]
                               if p["metadata"]["namespace"] == self.ns], timeout=30, interval=0.1)
 
     def cleanup(self) -> None:
         with contextlib.suppress(kube.ApiError):
-            self.api._json("DELETE", VC_JOBS.path(self.ns))
+            self.api.request("DELETE", VC_JOBS.path(namespace=self.ns))
         with contextlib.suppress(kube.ApiError):
-            self.api._json("DELETE", VC_PODGROUPS.path(self.ns))
+            self.api.request("DELETE", VC_PODGROUPS.path(namespace=self.ns))
         self._delete_pods("")
 
 
@@ -368,7 +368,7 @@ def test_a_volcano_job_through_the_controller_manager_lands_in_one_leaf(fabric: 
            "spec": {"schedulerName": SCHEDULER_NAME, "queue": "default", "minAvailable": 3,
                     "networkTopology": {"mode": "hard", "highestTierAllowed": 1},
                     "tasks": [{"name": "worker", "replicas": 3, "template": template}]}}
-    workload.api.create(VC_JOBS, workload.ns, job)
+    workload.api.create(VC_JOBS, job)
     since = time.monotonic()
     bound, took = workload.wait_placed("vcjob", 3, since)
     print(f"Volcano Job (vc-controller-manager made its PodGroup and pods) bound in {took:.2f}s on "
@@ -454,7 +454,7 @@ def test_a_fabric_cut_gets_a_volcano_jobs_pod_recreated_by_volcano_on_a_healthy_
     victim = ""
     try:
         wait_for("remediator synced", remediator.synced, timeout=20)
-        workload.api.create(VC_JOBS, workload.ns, job)
+        workload.api.create(VC_JOBS, job)
         before, took = workload.wait_placed("ft", 2, time.monotonic())
         leaf_nodes = nodes_a if set(before.values()) <= set(nodes_a) else nodes_b
         assert set(before.values()) <= set(leaf_nodes), before  # one leaf

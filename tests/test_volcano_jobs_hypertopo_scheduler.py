@@ -50,7 +50,7 @@ def job_body(cluster: Cluster, name: str, scheduler: str, replicas: int, *, gpus
 
 
 def job_phase(cluster: Cluster, name: str) -> str:
-    job = cluster.api.get(kube.VC_JOBS, cluster.ns, name)
+    job = cluster.api.get(kube.VC_JOBS, name, namespace=cluster.ns)
     return str(((job.get("status") or {}).get("state") or {}).get("phase") or "")
 
 
@@ -67,7 +67,7 @@ def test_a_volcano_job_runs_under_hypertopo_scheduler_inside_its_network_topolog
         leaf_of = {n: leaf for leaf, nodes in layout.items() for n in nodes}
         with cluster.scheduler() as sched:
             start = time.monotonic()
-            cluster.api.create(kube.VC_JOBS, cluster.ns, job_body(
+            cluster.api.create(kube.VC_JOBS, job_body(
                 cluster, "train", sched.options.scheduler_name, 4, annotations={FAULT: "restart-pods"},
                 networkTopology={"mode": "hard", "highestTierAllowed": 1}))
             group = wait_for("the Job's PodGroup Inqueue", lambda: (g := podgroup_of(cluster, "train"))
@@ -109,7 +109,7 @@ def test_restart_gang_of_a_volcano_job_is_carried_out_by_volcano_and_the_gang_re
         layout = cluster.leaf_spine(leaves=2, per_leaf=3, gpus=8)
         leaf_of = {n: leaf for leaf, nodes in layout.items() for n in nodes}
         with cluster.scheduler() as sched:
-            cluster.api.create(kube.VC_JOBS, cluster.ns, job_body(
+            cluster.api.create(kube.VC_JOBS, job_body(
                 cluster, "gang", sched.options.scheduler_name, 3, annotations={FAULT: "restart-gang"},
                 networkTopology={"mode": "hard", "highestTierAllowed": 1}))
             before = cluster.wait_bound(3, timeout=30)

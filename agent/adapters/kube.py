@@ -1,66 +1,371 @@
-"""The agent's only contact with the Kubernetes client: apply and read its NodeTopology object.
+"""The one door to the Kubernetes API for the agent, the aggregator and the scheduler: the
+`kubernetes` package is imported here and nowhere else.
 
-Server-side apply (PATCH with `application/apply-patch+yaml`, field manager `hypertopo-agent`,
-force) makes the agent the owner of every field it sends and needs no read-modify-write, so there
-is no resourceVersion race and the agent's RBAC can stay at `patch` + `get` on its own object.
-Client exceptions are turned into `agent.publish.ApiError` (status None: unreachable), which the
-publisher's retry logic understands. The client's own urllib3 retries are turned off so a dead API
-server is noticed in one connect timeout and the publisher's backoff is the only retry policy.
+Why one module: the three components used to carry three clients, three error types and three
+kubeconfig precedences, so the same flag meant different clusters in different pods. Now:
+- `connect()` picks the configuration one way (`config_source`): an explicit `--kubeconfig`, else
+  the pod's service account when running in a pod, else what kubectl reads ($KUBECONFIG, then
+  ~/.kube/config). The client's urllib3 retries are off: a dead server is noticed in one connect
+  timeout and each caller's own backoff is the only retry policy.
+- Objects travel as plain JSON dicts, not generated models: the CRDs (HyperNode, NodeTopology,
+  PodGroup) have no models, the pure layers compare plain data, and (de)serialising models costs
+  more than the HTTP round trip on the bind path.
+- Every failure, HTTP or transport, becomes `agent.api_error.ApiError` (status 0: unreachable).
+- Every successful write is reported to an `on_write(verb, resource)` hook (write metrics, tests).
 
-The object carries an owner reference to its Node, so the garbage collector deletes the report of
-a Node that is deleted (a stale report would keep a node that left in its HyperNode). The agent
-has no read access to Nodes: the Node's UID comes from its own pod-bound service-account token
-(`authentication.kubernetes.io/node-uid`, Kubernetes >= 1.30), read back with a SelfSubjectReview
-that every authenticated user may make. Without it (a kubeconfig user, an older cluster) the
-object has no owner and the aggregator's sweep removes it instead.
+The agent's own NodeTopology adapter (`KubeApi`: server-side apply of its one object) sits at the
+end of this module; the informer is in `agent.adapters.informer`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from agent.publish import ApiError
+from agent.api_error import ApiError
 from agent.report import API_GROUP, API_VERSION, PLURAL
 
-FIELD_MANAGER = "hypertopo-agent"
-APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-NODE_UID_EXTRA = "authentication.kubernetes.io/node-uid"
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+Obj = dict[str, Any]
+WriteHook = Callable[[str, str], None]
+Timeout = float | tuple[float, float]
 
 
-def load_client(kubeconfig: str | None = None) -> Any:
-    """An ApiClient from --kubeconfig, else in-cluster config, else $KUBECONFIG / ~/.kube/config."""
+@dataclass(frozen=True)
+class Resource:
+    """One REST resource: where its objects live on the API server."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = False
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, *, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = self.prefix
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+NODES = Resource("", "v1", "nodes", "Node")
+PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+HYPERNODES = Resource("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode")
+NODETOPOLOGIES = Resource(API_GROUP, API_VERSION, PLURAL, "NodeTopology")
+
+
+# -- configuration ------------------------------------------------------------------------------
+def config_source(kubeconfig: str | None, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """Which configuration `connect` loads: ("kubeconfig", path) or ("in-cluster", None).
+
+    An explicit file wins; in a pod (service host set and a token mounted) the service account
+    comes next; else kubectl's order: $KUBECONFIG, then ~/.kube/config (path None: the client's
+    default, which is ~/.kube/config)."""
+    env = os.environ if environ is None else environ
+    if kubeconfig:
+        return "kubeconfig", str(Path(kubeconfig).expanduser())
+    if env.get("KUBERNETES_SERVICE_HOST") and Path(SERVICE_ACCOUNT_TOKEN).exists():
+        return "in-cluster", None
+    if env.get("KUBECONFIG"):
+        return "kubeconfig", env["KUBECONFIG"]
+    return "kubeconfig", None
+
+
+def connect(
+    kubeconfig: str | None = None,
+    *,
+    on_write: WriteHook | None = None,
+    timeout: Timeout = 10.0,
+    pool_size: int | None = None,
+) -> KubeClient:
+    """A client from `config_source`; a missing or broken configuration raises ApiError(0)."""
     configuration = client.Configuration()
+    kind, path = config_source(kubeconfig)
     try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if kind == "in-cluster":
             config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(client_configuration=configuration)
-    except (ConfigException, OSError) as exc:
-        raise ApiError(f"no usable Kubernetes configuration: {exc}") from exc
+            config.load_kube_config(config_file=path, client_configuration=configuration)
+    except (ConfigException, OSError, TypeError) as exc:
+        raise ApiError(0, "NoConfiguration", f"no usable Kubernetes configuration: {exc}") from exc
     configuration.retries = False
+    if pool_size:
+        configuration.connection_pool_maxsize = pool_size
     if not configuration.verify_ssl:
         # the operator chose insecure-skip-tls-verify; one warning per request would drown the log
+        log.warning("TLS verification of the API server is off (kubeconfig insecure-skip-tls-verify)")
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    return client.ApiClient(configuration)
+    return KubeClient(client.ApiClient(configuration), on_write=on_write, timeout=timeout)
 
 
-def _status_message(exc: ApiException) -> str:
+# -- errors -------------------------------------------------------------------------------------
+def _error_from(exc: Exception) -> ApiError:
+    if isinstance(exc, ApiException) and exc.status:
+        return _status_error(int(exc.status), str(exc.reason or ""), exc.body)
+    return ApiError(0, "Unreachable", f"API server unreachable: {type(exc).__name__}: {exc}")
+
+
+def _status_error(status: int, reason: str, data: bytes | str | None) -> ApiError:
+    """A non-2xx answer: reason and message from its Status body when it has one."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else str(data or "")
     try:
-        body = json.loads(exc.body or "{}")
-        return str(body.get("message") or exc.reason)
+        doc = json.loads(text or "{}")
+        return ApiError(status, str(doc.get("reason") or reason), str(doc.get("message", "")))
     except (ValueError, AttributeError):
-        return str(exc.reason)
+        return ApiError(status, reason, text[:500])
+
+
+# -- the client ---------------------------------------------------------------------------------
+class KubeClient:
+    """Plain-dict REST calls over the generated client's configured transport (auth, TLS); safe
+    to share between threads (urllib3's pool)."""
+
+    def __init__(self, api: client.ApiClient, *, on_write: WriteHook | None = None, timeout: Timeout = 10.0):
+        self.api = api
+        self.on_write = on_write or (lambda verb, resource: None)
+        self.timeout = timeout
+
+    # -- transport ---------------------------------------------------------------------------------
+    def _send(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+              content_type: str = JSON, timeout: Timeout | None = None) -> urllib3.BaseHTTPResponse:
+        """One request; the raw (unread) response on 2xx, else ApiError."""
+        headers = {"Accept": JSON, "Content-Type": content_type}
+        _, url, headers, body, _ = self.api.param_serialize(
+            method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        if query:
+            url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
+        try:
+            result = self.api.call_api(method, url, headers, body, _request_timeout=timeout or self.timeout)
+            resp: urllib3.BaseHTTPResponse = result.response
+            if 200 <= resp.status <= 299:
+                return resp
+            data = resp.data
+            resp.release_conn()
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _error_from(exc) from exc
+        raise _status_error(resp.status, str(resp.reason or ""), data)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Obj:
+        """One request with a JSON answer (kwargs: query, body, content_type, timeout)."""
+        resp = self._send(method, path, **kwargs)
+        try:
+            data = resp.data
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _error_from(exc) from exc
+        finally:
+            resp.release_conn()
+        result: Obj = json.loads(data or b"{}")
+        return result
+
+    def _write(self, verb: str, resource: Resource, sub: str | None, method: str, path: str, **kw: Any) -> Obj:
+        result = self.request(method, path, **kw)
+        self.on_write(verb, resource.plural + (f"/{sub}" if sub else ""))
+        return result
+
+    # -- reads -------------------------------------------------------------------------------------
+    def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        return self.request("GET", resource.path(namespace=namespace, name=name))
+
+    def list(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None) -> tuple[list[Obj], str]:
+        """All objects (paged; every namespace unless one is named) and the list's resourceVersion,
+        where a watch starts from."""
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            query = {"labelSelector": label_selector or None, "fieldSelector": field_selector or None,
+                     "limit": 500, "continue": token}
+            doc = self.request("GET", resource.path(namespace=namespace), query=query)
+            items.extend(doc.get("items") or [])
+            token = (doc.get("metadata") or {}).get("continue")
+            if not token:
+                return items, str((doc.get("metadata") or {}).get("resourceVersion", ""))
+
+    def watch(self, resource: Resource, *, resource_version: str, namespace: str | None = None,
+              label_selector: str | None = None, field_selector: str | None = None,
+              timeout_seconds: int = 60) -> Watch:
+        """Events from `resource_version` on, with bookmarks, until the server ends the stream."""
+        query = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+            "labelSelector": label_selector or None,
+            "fieldSelector": field_selector or None,
+        }
+        resp = self._send("GET", resource.path(namespace=namespace), query=query,
+                          timeout=(5.0, timeout_seconds + 15.0))
+        return Watch(resp)
+
+    # -- writes ------------------------------------------------------------------------------------
+    def create(self, resource: Resource, obj: Mapping[str, Any], *, field_manager: str | None = None,
+               namespace: str | None = None) -> Obj:
+        """POST; the namespace defaults to the object's own."""
+        namespace = namespace or (obj.get("metadata") or {}).get("namespace")
+        path = resource.path(namespace=namespace)
+        return self._write("create", resource, None, "POST", path, query={"fieldManager": field_manager},
+                           body=dict(obj))
+
+    def apply(self, resource: Resource, obj: Mapping[str, Any], *, field_manager: str,
+              subresource: str | None = None, namespace: str | None = None, force: bool = True) -> Obj:
+        """Server-side apply; a `metadata.resourceVersion` in `obj` is a precondition (409 if stale)."""
+        path = resource.path(namespace=namespace, name=obj["metadata"]["name"], sub=subresource)
+        query = {"fieldManager": field_manager, "force": "true" if force else None}
+        return self._write("apply", resource, subresource, "PATCH", path, query=query, body=dict(obj),
+                           content_type=APPLY_PATCH)
+
+    def merge_patch(self, resource: Resource, name: str, patch: Mapping[str, Any], *,
+                    field_manager: str | None = None, subresource: str | None = None,
+                    namespace: str | None = None) -> Obj:
+        """JSON merge patch; a `metadata.resourceVersion` in `patch` is a precondition (409 if stale)."""
+        path = resource.path(namespace=namespace, name=name, sub=subresource)
+        return self._write("patch", resource, subresource, "PATCH", path, query={"fieldManager": field_manager},
+                           body=dict(patch), content_type=MERGE_PATCH)
+
+    def patch(self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]) -> None:
+        """A merge patch of the object itself (Volcano's PodGroup CRD has no status subresource)."""
+        self.merge_patch(resource, name, patch, namespace=namespace)
+
+    def patch_status(self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]) -> None:
+        """A merge patch of the `/status` subresource."""
+        self.merge_patch(resource, name, patch, namespace=namespace, subresource="status")
+
+    def replace(self, resource: Resource, obj: Mapping[str, Any], *, field_manager: str | None = None,
+                namespace: str | None = None) -> Obj:
+        """PUT: optimistic concurrency through the object's metadata.resourceVersion."""
+        path = resource.path(namespace=namespace, name=obj["metadata"]["name"])
+        return self._write("update", resource, None, "PUT", path, query={"fieldManager": field_manager},
+                           body=dict(obj))
+
+    def delete(self, resource: Resource, name: str, *, resource_version: str | None = None,
+               uid: str | None = None, namespace: str | None = None, grace_seconds: int | None = None) -> None:
+        """DELETE with optional resourceVersion / UID preconditions."""
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        preconditions = {"resourceVersion": resource_version, "uid": uid}
+        if any(preconditions.values()):
+            body["preconditions"] = {k: v for k, v in preconditions.items() if v}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        self._write("delete", resource, None, "DELETE", resource.path(namespace=namespace, name=name), body=body)
+
+    # -- the scheduler's pod verbs -----------------------------------------------------------------
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/NAME/binding; the UID precondition refuses a pod recreated under the same name,
+        and the API server refuses (409) a pod already bound elsewhere."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._write("create", PODS, "binding", "POST", PODS.path(namespace=namespace, name=name, sub="binding"),
+                    body=body)
+
+    def delete_pod(self, namespace: str, name: str, uid: str, *, grace_seconds: int | None = None) -> None:
+        self.delete(PODS, name, uid=uid, namespace=namespace, grace_seconds=grace_seconds)
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """policy/v1 Eviction: PodDisruptionBudgets hold (a 429 means the budget refuses now)."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        self._write("create", PODS, "eviction", "POST", PODS.path(namespace=namespace, name=name, sub="eviction"),
+                    body=body)
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self.create(EVENTS, event, namespace=namespace)
+
+
+class Watch:
+    """A streaming watch response: iterate for events, `close()` from another thread to stop it.
+
+    An ERROR event becomes `ApiError` (410 Gone means: re-list)."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse):
+        self._response = response
+
+    def close(self) -> None:
+        """Interrupts a reader blocked in another thread (closing the response there would wait for
+        that reader's TLS lock): shutting the socket down wakes it with an error."""
+        connection = getattr(self._response, "connection", None) or getattr(self._response, "_connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        buffer = b""
+        try:
+            for chunk in self._response.stream(None, decode_content=False):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield _event(json.loads(line))
+        except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as exc:
+            raise _error_from(exc) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                self._response.close()
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK
+    object: Obj
+
+
+def _event(doc: Mapping[str, Any]) -> WatchEvent:
+    obj = dict(doc.get("object") or {})
+    if doc.get("type") == "ERROR":
+        raise ApiError(int(obj.get("code", 0)), str(obj.get("reason", "")), str(obj.get("message", "")))
+    return WatchEvent(str(doc.get("type")), obj)
+
+
+# -- the agent's NodeTopology object ------------------------------------------------------------
+FIELD_MANAGER = "hypertopo-agent"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+NODE_UID_EXTRA = "authentication.kubernetes.io/node-uid"
+SELF_SUBJECT_REVIEWS = Resource("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview")
 
 
 def node_owner(user_info: Mapping[str, Any], node: str) -> dict[str, str] | None:
@@ -74,37 +379,40 @@ def node_owner(user_info: Mapping[str, Any], node: str) -> dict[str, str] | None
 
 
 class KubeApi:
-    """Applies and reads cluster-scoped `nodetopologies.hypertopo.io/v1alpha1` objects."""
+    """The agent's `publish.ObjectApi`: applies and reads its cluster-scoped NodeTopology.
 
-    def __init__(self, api_client: Any, *, timeout: tuple[float, float] = (2.0, 10.0)) -> None:
-        self._api = client.CustomObjectsApi(api_client)
-        self._auth = client.AuthenticationV1Api(api_client)
-        self._timeout = timeout
+    Server-side apply (field manager `hypertopo-agent`, force) makes the agent the owner of every
+    field it sends and needs no read-modify-write, so there is no resourceVersion race and the
+    agent's RBAC stays at `patch` + `get` on its own object. The object carries an owner reference
+    to its Node, so the garbage collector deletes the report of a deleted Node. The agent cannot
+    read Nodes: the Node's UID comes from its own pod-bound service-account token
+    (`authentication.kubernetes.io/node-uid`, Kubernetes >= 1.30), read back with a
+    SelfSubjectReview that every authenticated user may make. Without it (a kubeconfig user, an
+    older cluster) the object has no owner and the aggregator's sweep removes it instead."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
         self._owners: dict[str, dict[str, str] | None] = {}  # node -> owner reference (None: none)
 
     @classmethod
     def from_config(cls, kubeconfig: str | None = None) -> KubeApi:
-        return cls(load_client(kubeconfig))
+        return cls(connect(kubeconfig, timeout=(2.0, 10.0)))
 
     def owner_of(self, node: str) -> dict[str, str] | None:
-        """The owner reference to this agent's Node (asked once; see the module docstring)."""
+        """The owner reference to this agent's Node (asked once)."""
         if node not in self._owners:
             self._owners[node] = self._ask_owner(node)
         return self._owners[node]
 
     def _ask_owner(self, node: str) -> dict[str, str] | None:
-        body = client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview")
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
         try:
-            review: Any = self._auth.create_self_subject_review(body, _request_timeout=self._timeout)
-        except ApiException as exc:
-            if exc.status is None or exc.status >= 500 or exc.status == 429:
-                raise ApiError(f"SelfSubjectReview: {exc.status} {_status_message(exc)}", exc.status) from exc
+            review = self._kube.request("POST", SELF_SUBJECT_REVIEWS.path(), body=body)
+        except ApiError as exc:
+            if exc.transient and not exc.conflict:
+                raise ApiError(exc.status, exc.reason, f"SelfSubjectReview: {exc.message}") from exc
             return None  # refused or not served: no owner, the aggregator's sweep covers it
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"SelfSubjectReview: API server unreachable: {exc}") from exc
-        status = review.status
-        user = self._api.api_client.sanitize_for_serialization(status.user_info) if status else {}
-        return node_owner(user or {}, node)
+        return node_owner((review.get("status") or {}).get("userInfo") or {}, node)
 
     def apply(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         name = obj["metadata"]["name"]
@@ -113,33 +421,15 @@ class KubeApi:
         if owner is not None:
             body["metadata"] = {**obj["metadata"], "ownerReferences": [owner]}
         try:
-            result: Any = self._api.patch_cluster_custom_object(
-                API_GROUP,
-                API_VERSION,
-                PLURAL,
-                name,
-                body,
-                field_manager=FIELD_MANAGER,
-                force=True,
-                _content_type=APPLY_CONTENT_TYPE,
-                _request_timeout=self._timeout,
-            )
-        except ApiException as exc:
-            raise ApiError(f"apply {PLURAL}/{name}: {exc.status} {_status_message(exc)}", exc.status) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"apply {PLURAL}/{name}: API server unreachable: {exc}") from exc
-        return result or {}  # the generated client decodes only 200; a create answers 201
+            return self._kube.apply(NODETOPOLOGIES, body, field_manager=FIELD_MANAGER)
+        except ApiError as exc:
+            raise ApiError(exc.status, exc.reason, f"apply {PLURAL}/{name}: {exc.message}") from exc
 
     def get(self, name: str) -> Mapping[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            result: Any = self._api.get_cluster_custom_object(
-                API_GROUP, API_VERSION, PLURAL, name, _request_timeout=self._timeout
-            )
-        except ApiException as exc:
-            if exc.status == 404:
+            return self._kube.get(NODETOPOLOGIES, name)
+        except ApiError as exc:
+            if exc.not_found:
                 return None
-            raise ApiError(f"get {PLURAL}/{name}: {exc.status} {_status_message(exc)}", exc.status) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"get {PLURAL}/{name}: API server unreachable: {exc}") from exc
-        return result
+            raise ApiError(exc.status, exc.reason, f"get {PLURAL}/{name}: {exc.message}") from exc

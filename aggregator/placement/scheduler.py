@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from agent.adapters.endpoints import serve
 from aggregator.placement import podgroups, rescheduler, topology, volcano
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
@@ -40,7 +41,7 @@ from aggregator.placement.events import EventRecorder
 from aggregator.placement.eviction import EvictionQueue
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
-from aggregator.placement.scheduler_metrics import SchedulerMetrics, serve
+from aggregator.placement.scheduler_metrics import SchedulerMetrics
 from aggregator.placement.state import ClusterState, PodKey, pod_key
 from aggregator.placement.status_writer import StatusWriter
 
@@ -89,8 +90,8 @@ class Scheduler:
         required = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, "")]
         optional = [(kube.PODGROUPS, ""), (kube.VC_PODGROUPS, ""), (kube.QUEUES, ""), (kube.VC_JOBS, "")]
         self.informers = [
-            kube.Informer(api, res, self._sink(res.kind), label_selector=sel, watch_timeout=options.watch_timeout,
-                          optional=(res, sel) in optional)
+            kube.Informer(api, res, on_event=self._sink(res.kind), label_selector=sel,
+                          watch_timeout=options.watch_timeout, optional=(res, sel) in optional)
             for res, sel in required + optional
         ]
         self._stop = threading.Event()
@@ -222,7 +223,7 @@ class Scheduler:
         from aggregator.placement.adapters import kube
 
         try:
-            self.api.create(kube.COMMANDS, restart.job[0], volcano.command_restart_job(job, restart.reason))
+            self.api.create(kube.COMMANDS, volcano.command_restart_job(job, restart.reason), namespace=restart.job[0])
         except Exception as exc:
             log.warning("RestartJob for Volcano Job %s/%s not created (retried later): %s", *restart.job, exc)
             self._queue.put(("restart-failed", restart.job))
@@ -377,11 +378,10 @@ def run(args: argparse.Namespace) -> int:
     from aggregator.placement.adapters import kube
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    api = kube.KubeApi(kube.load_client(args.kubeconfig, pool_size=args.bind_workers + 8))
+    api = kube.connect(args.kubeconfig, pool_size=args.bind_workers + 8, timeout=30.0)
     registry = CollectorRegistry()
     scheduler = Scheduler(api, options_from(args), registry=registry)
-    host, _, port = args.listen.rpartition(":")
-    server = serve(registry, host or "0.0.0.0", int(port), scheduler.healthy)
+    server = serve(registry, args.listen, {"/healthz": scheduler.healthy})
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -34,6 +34,17 @@ class NodeFacts:
     nvlink: str | None = None  # "cluster-uuid/clique-id" of a multi-node NVLink domain
 
 
+@dataclass(frozen=True)
+class FabricFault:
+    """A fault a fabric manager sees on a node's cable (UFM: a port down or slow), which the node's
+    own agent may not see (the switch side of a cable): `failure` counts against Ready, else it is
+    a grey failure (FabricDegraded). `cause` is a health component label ("RDMA")."""
+
+    failure: bool
+    cause: str
+    text: str
+
+
 @dataclass
 class FabricGraph:
     nodes: set[str] = field(default_factory=set)
@@ -49,6 +60,7 @@ class FabricGraph:
     label_paths: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     label_levels: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)  # what the sources could not place, for people
+    fabric_faults: dict[str, list[FabricFault]] = field(default_factory=dict)  # node -> faults (UFM)
 
     # -- building -------------------------------------------------------------------------------
     def add_node(self, node: str) -> None:
@@ -81,6 +93,9 @@ class FabricGraph:
     def attach_host(self, host: str, switch: str) -> None:
         self.switches.add(switch)
         self.attached_by_host.setdefault(host, set()).add(switch)
+
+    def add_fabric_faults(self, node: str, faults: Iterable[FabricFault]) -> None:
+        self.fabric_faults.setdefault(node, []).extend(faults)
 
     def declare(self, node: str, switch: str, nvlink: str | None = None) -> None:
         self.nodes.add(node)

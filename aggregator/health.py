@@ -27,11 +27,12 @@ real transition. Time is a parameter (`now`, seconds since the epoch), never rea
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from agent.report import ComponentHealth, Health, NodeReport
+from aggregator.graph import FabricFault
 
 FABRIC_COMPONENTS = {"nvml": "NVLink", "rdma": "RDMA", "net": "link", "pcie": "PCIe"}
 GREY_ONLY = frozenset({"pcie"})  # components whose `degraded` is always a grey finding
@@ -97,6 +98,24 @@ def member_health(
     if degraded:
         return MemberHealth(MemberState.HEALTHY, (), frozenset(), degraded, degraded_causes)
     return HEALTHY
+
+
+def with_fabric_faults(health: MemberHealth, faults: Sequence[FabricFault]) -> MemberHealth:
+    """A member's health with the faults a fabric manager (UFM) sees on its cables added, as the
+    agent's own report would count them: a failure makes it unhealthy (even a member whose agent is
+    silent: the fault is known), a grey failure makes it degraded."""
+    if not faults:
+        return health
+    failures = tuple(f.text for f in faults if f.failure)
+    greys = tuple(f.text for f in faults if not f.failure)
+    degraded = (*health.degraded, *greys)
+    degraded_causes = health.degraded_causes | {f.cause for f in faults if not f.failure}
+    if failures:
+        known = health.problems if health.state is MemberState.UNHEALTHY else ()
+        causes = (health.causes if health.state is MemberState.UNHEALTHY else frozenset())
+        return MemberHealth(MemberState.UNHEALTHY, (*known, *failures),
+                            causes | {f.cause for f in faults if f.failure}, degraded, degraded_causes)  # fmt: skip
+    return replace(health, degraded=degraded, degraded_causes=degraded_causes)
 
 
 def grey_findings(report: NodeReport) -> dict[str, tuple[str, ...]]:

@@ -35,6 +35,7 @@ from aggregator.health import (
     Threshold,
     judge,
     member_health,
+    with_fabric_faults,
 )
 from aggregator.sources import ibnetdiscover, labels, model, nodetopology, switch_lldp
 from aggregator.sources.ibnetdiscover import Fabric, HostNames
@@ -188,6 +189,7 @@ class Pipeline:
             node_ready=inputs.node_ready.get(node),
             agent_alive=None if agents is None else agents.get(node, False),
         )
+        health = with_fabric_faults(health, self._graph.fabric_faults.get(node, ()))  # UFM's port state
         missing = self._tree.uncabled.get(node) if self._tree is not None else None
         if not missing or health.state is MemberState.UNKNOWN:
             return health

@@ -1,0 +1,288 @@
+"""Polls NVIDIA UFM's REST API for the fabric (aggregator.sources.ufm parses what it returns).
+
+Why a poller of its own: UFM is a server outside the cluster that can be slow, restarting, behind
+a certificate the cluster does not trust, or answering an error page. None of that may cost the
+cluster its HyperNodes. So each poll either yields a whole new parsed snapshot or changes nothing:
+on a refused connection, a timeout, a 401/403 (credentials), a 5xx or a body that is not the
+documented JSON, the last good facts stay in use, the source is marked stale in metrics
+(`hypertopo_source_stale{source="ufm"}` = 1, `hypertopo_source_last_success_timestamp_seconds`,
+`hypertopo_source_errors_total{kind}`), and the log says so once, then again only after 2, 4, 8, ...
+failures in a row (or when the kind of failure changes), and once when UFM answers again.
+
+Credentials come from files, as a Kubernetes Secret mounted as a volume gives them (no Secret read
+through the API, so no RBAC): a directory holding `username` and `password`, or `token` (an access
+token, sent on UFM's token path `/ufmRestV3` as `Authorization: Basic <token>`, as UFM documents).
+The files are read on every poll, so a rotated Secret is picked up without a restart. TLS
+certificates are verified (against `ca_bundle` when given, else the system's store) unless
+`verify=False` is asked for explicitly.
+
+Only the standard library talks HTTP here (urllib, ssl): no runtime dependency is added.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from aggregator.sources import ufm
+
+log = logging.getLogger(__name__)
+
+SOURCE = "ufm"
+MAX_BODY = 512 << 20  # a 10,000-host fabric's port listing is tens of MiB; refuse runaway bodies
+OPTIONAL = ("links", "systems")
+PATHS = {"ports": ufm.PORTS_PATH, "links": ufm.LINKS_PATH, "systems": ufm.SYSTEMS_PATH}
+
+
+class UfmFetchError(Exception):
+    """One failed poll: `kind` is unreachable | timeout | auth | http | malformed | credentials."""
+
+    def __init__(self, kind: str, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str = ""
+    password: str = ""
+    token: str = ""
+
+    def header(self) -> str | None:
+        if self.token:
+            return f"Basic {self.token}"  # UFM's token scheme (/ufmRestV3)
+        if self.username:
+            pair = f"{self.username}:{self.password}".encode()
+            return "Basic " + base64.b64encode(pair).decode("ascii")
+        return None
+
+
+def read_credentials(directory: str | None) -> Credentials:
+    """`token`, else `username` + `password`, from a mounted Secret's directory (None: none)."""
+    if not directory:
+        return Credentials()
+    root = Path(directory)
+
+    def read(name: str) -> str:
+        try:
+            return (root / name).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            raise UfmFetchError("credentials", f"cannot read {root / name}: {exc}") from exc
+
+    token = read("token")
+    if token:
+        return Credentials(token=token)
+    username, password = read("username"), read("password")
+    if not username or not password:
+        raise UfmFetchError("credentials", f"{root}: expected files `username` and `password`, or `token`")
+    return Credentials(username=username, password=password)
+
+
+@dataclass(frozen=True)
+class UfmConfig:
+    url: str  # https://ufm.example.com (a bare host means https)
+    credentials_dir: str | None = None
+    interval: float = 300.0
+    timeout: float = 30.0
+    ca_bundle: str | None = None
+    verify: bool = True
+
+    @property
+    def base(self) -> str:
+        url = self.url.rstrip("/")
+        return url if url.startswith(("http://", "https://")) else f"https://{url}"
+
+
+class UfmClient:
+    """One poll: the port listing (required), then links and systems (skipped when UFM has none)."""
+
+    def __init__(self, config: UfmConfig) -> None:
+        self.config = config
+        self._context = self._tls(config)
+        self._missing: set[str] = set()  # optional listings this UFM answered 404 for
+
+    @staticmethod
+    def _tls(config: UfmConfig) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=config.ca_bundle)
+        if not config.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+    def fetch(self) -> ufm.UfmFabric:
+        credentials = read_credentials(self.config.credentials_dir)
+        listings: dict[str, Any] = {"ports": self._get("ports", credentials)}
+        for name in OPTIONAL:
+            if name in self._missing:
+                continue
+            try:
+                listings[name] = self._get(name, credentials)
+            except UfmFetchError as exc:
+                if exc.status != 404:
+                    raise
+                self._missing.add(name)
+                log.info("UFM has no %s listing (404): reading cabling from the ports only", name)
+        try:
+            return ufm.from_listings(listings)
+        except ufm.UfmError as exc:
+            raise UfmFetchError("malformed", f"UFM answered JSON that is not its documented shape: {exc}") from exc
+
+    def url_of(self, name: str, credentials: Credentials) -> str:
+        prefix = "/ufmRestV3" if credentials.token else "/ufmRest"
+        return f"{self.config.base}{prefix}{PATHS[name]}"
+
+    def _get(self, name: str, credentials: Credentials) -> Any:
+        url = self.url_of(name, credentials)
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        header = credentials.header()
+        if header:
+            request.add_header("Authorization", header)
+        https = url.startswith("https://")
+        try:
+            with urllib.request.urlopen(
+                request, timeout=self.config.timeout, context=self._context if https else None
+            ) as response:
+                body = response.read(MAX_BODY + 1)
+        except urllib.error.HTTPError as exc:
+            raise self._http_error(url, exc) from exc
+        except TimeoutError as exc:
+            raise UfmFetchError("timeout", f"GET {url}: no answer within {self.config.timeout:g}s") from exc
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise UfmFetchError("timeout", f"GET {url}: no answer within {self.config.timeout:g}s") from exc
+            raise UfmFetchError("unreachable", f"GET {url}: {exc.reason}") from exc
+        except (OSError, ValueError) as exc:  # reset connections, bad status lines, truncated chunks
+            raise UfmFetchError("unreachable", f"GET {url}: {exc}") from exc
+        if len(body) > MAX_BODY:
+            raise UfmFetchError("malformed", f"GET {url}: response larger than {MAX_BODY >> 20} MiB")
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            start = body[:60].decode("utf-8", "replace")
+            raise UfmFetchError("malformed", f"GET {url}: not JSON ({exc}); it starts {start!r}") from exc
+
+    @staticmethod
+    def _http_error(url: str, exc: urllib.error.HTTPError) -> UfmFetchError:
+        status = exc.code
+        if status in (401, 403):
+            what = "credentials refused" if status == 401 else "access denied for this user"
+            return UfmFetchError("auth", f"GET {url}: {status} {what}: check the UFM Secret", status)
+        return UfmFetchError("http", f"GET {url}: HTTP {status} {exc.reason}", status)
+
+
+class SourceMetrics:
+    """Per-source staleness gauges, registered once per registry."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        kwargs: dict[str, Any] = {"registry": registry}
+        self.stale = Gauge("hypertopo_source_stale", "1 while a polled fabric source serves its last good facts "
+                           "(its latest poll failed, or none succeeded yet)", ["source"], **kwargs)  # fmt: skip
+        self.last_success = Gauge("hypertopo_source_last_success_timestamp_seconds",
+                                  "When a polled fabric source last answered usefully (Unix time)", ["source"], **kwargs)  # fmt: skip
+        self.errors = Counter("hypertopo_source_errors_total", "Failed polls of a fabric source, by kind",
+                              ["source", "kind"], **kwargs)  # fmt: skip
+
+
+class UfmPoller:
+    """Keeps the last good UFM snapshot, polling every `interval` seconds on a thread of its own."""
+
+    def __init__(
+        self,
+        client: UfmClient,
+        *,
+        interval: float,
+        registry: CollectorRegistry | None = None,
+        on_change: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.interval = interval
+        self.on_change = on_change
+        self.clock = clock
+        self.metrics = SourceMetrics(registry)
+        self.metrics.stale.labels(source=SOURCE).set(1)
+        self.facts: ufm.UfmFabric | None = None  # the last good snapshot
+        self.generation = 0  # bumped on every change of the facts
+        self.failures = 0  # in a row
+        self._last_kind = ""
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def snapshot(self) -> tuple[int, ufm.UfmFabric | None]:
+        with self._lock:
+            return self.generation, self.facts
+
+    def poll_once(self) -> bool:
+        """One poll; True when UFM answered usefully. Never raises for UFM's own failures."""
+        try:
+            fresh = self.client.fetch()
+        except UfmFetchError as exc:
+            self._failed(exc)
+            return False
+        self._succeeded(fresh)
+        return True
+
+    def _succeeded(self, fresh: ufm.UfmFabric) -> None:
+        with self._lock:
+            merged = ufm.remember(self.facts, fresh)
+            changed = self.facts is None or _differs(self.facts, merged)
+            self.facts = merged
+            if changed:
+                self.generation += 1
+        if self.failures:
+            log.info("UFM answers again after %d failed poll(s): %s", self.failures, ufm.summary(merged))
+        elif changed:
+            log.info("UFM fabric: %s", ufm.summary(merged))
+        for warning in fresh.warnings if changed else ():
+            log.warning("UFM: %s", warning)
+        self.failures, self._last_kind = 0, ""
+        self.metrics.stale.labels(source=SOURCE).set(0)
+        self.metrics.last_success.labels(source=SOURCE).set(self.clock())
+        if changed:
+            self.on_change()
+
+    def _failed(self, exc: UfmFetchError) -> None:
+        self.failures += 1
+        self.metrics.stale.labels(source=SOURCE).set(1)
+        self.metrics.errors.labels(source=SOURCE, kind=exc.kind).inc()
+        first = exc.kind != self._last_kind
+        if first or self.failures & (self.failures - 1) == 0:  # once, then at 2, 4, 8, ... in a row
+            keeping = "keeping the last good fabric facts" if self.facts is not None else "no fabric facts from UFM yet"
+            log.warning("UFM poll failed (%s, %d in a row): %s; %s", exc.kind, self.failures, exc, keeping)
+        self._last_kind = exc.kind
+
+    # -- the thread ----------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.poll_once()
+            stop.wait(self.interval)
+
+    def start(self) -> UfmPoller:
+        self._thread = threading.Thread(target=self.run, args=(self._stop,), name="ufm-poller", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.client.config.timeout + 5)
+
+
+def _differs(old: ufm.UfmFabric, new: ufm.UfmFabric) -> bool:
+    return old.ports != new.ports or old.links != new.links or old.systems != new.systems

@@ -1,0 +1,455 @@
+"""NVIDIA UFM's REST API as a fabric source: switches, cables, HCA ports and their state.
+
+Many InfiniBand sites run UFM and keep no `ibnetdiscover` dumps; UFM already holds the subnet
+manager's view and serves it as JSON. Volcano's own discovery reads one listing,
+`GET /ufmRest/resources/ports`, and from each "Computer IB Port" only `system_name` and
+`peer_node_name` (a host and the switch it is cabled to), which yields leaves and one flat spine.
+Here the same listing is read for everything it says, and two more where UFM serves them:
+
+* ports (`/resources/ports`): one object per port with `guid` (port GUID), `number`, `dname`,
+  `name` ("<guid>_<number>"), `system_guid`/`systemID`, `system_name`, `node_description`
+  ("host mlx5_0"), `description` ("Switch IB Port" / "Computer IB Port"), `logical_state`
+  ("Active", "Armed", "Initialize", "Down"), `physical_state` ("Link Up", "Polling", "Disabled"),
+  `active_speed` (per lane, "25.0 Gbps" or a rate name such as "NDR"), `active_width` ("4x"),
+  optional `enabled_speed`/`enabled_width` lists, and the far end: `peer` ("<guid>_<number>"),
+  `peer_guid`, `peer_port`/`peer_port_dname`, `peer_node_name`;
+* links (`/resources/links`): `source_guid`/`source_port` and `destination_guid`/`destination_port`
+  per cable, the subnet manager's cabling even where a port object lacks its peer;
+* systems (`/resources/systems`): `system_name`, `guid`, `type` ("switch", "host", "gateway",
+  "router"), which tells switches from hosts without guessing from port descriptions.
+
+The documented listings are whole JSON arrays (no pages), so a large fabric is one large response;
+`parse` takes what `json.loads` gave. Structural garbage (not an array, an item that is not an
+object) raises UfmError naming the listing and the item, so the adapter keeps its last good facts;
+an item without a usable GUID is skipped and counted in `warnings`.
+
+Joining to Kubernetes nodes: an HCA port belongs to the node whose NodeTopology report carries its
+port GUID or its system GUID (as for ibnetdiscover). Only when no report carries either does UFM's
+`system_name` stand in for the host name (`HostNames` compares it with node names, as for dump
+hosts): the agent's GUID wins, the name is the fallback for nodes without an agent.
+
+Port state is health: a port in use (it has, or had, a cable) that is not Active/Link Up is a
+failure of the node on either end's HCA, whether the HCA's side or the switch's side reports it;
+an Active port below the rate its cable should carry (the enabled speed and width of both ends,
+else the fabric's most common rate on host cables) is a grey failure. `remember` carries the
+cabling of a port that went down from the previous snapshot, because UFM drops the peer of a port
+without a link: the fault must stay on the node the cable served, and the node in its domain.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from aggregator.graph import FabricFault, FabricGraph, normalise_guid
+from aggregator.sources.ibnetdiscover import HostNames
+
+PORTS_PATH = "/resources/ports"
+LINKS_PATH = "/resources/links"
+SYSTEMS_PATH = "/resources/systems"
+
+# InfiniBand per-lane rates by name (IBTA: SDR 2.5 ... XDR 200 Gb/s per lane)
+_LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0,
+              "HDR": 50.0, "NDR": 100.0, "XDR": 200.0}  # fmt: skip
+_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(g|gb|gbps|gb/s)?\s*$", re.I)
+_WIDTH = re.compile(r"^\s*(\d+)\s*x\s*$", re.I)
+_PORT_NAME = re.compile(r"^([0-9a-fA-Fx:]+)_(\d+)$")
+SWITCH, HOST, OTHER = "switch", "host", "other"
+
+
+class UfmError(ValueError):
+    """A UFM response that is not the documented shape (which listing, which item, why)."""
+
+
+@dataclass(frozen=True)
+class UfmPort:
+    guid: str  # port GUID, normalised
+    number: int
+    system_guid: str
+    system_name: str
+    kind: str  # SWITCH | HOST | OTHER (gateways, routers)
+    node_description: str = ""
+    dname: str = ""
+    logical_state: str = ""
+    physical_state: str = ""
+    gbps: float | None = None  # active rate: per-lane speed x width
+    capacity_gbps: float | None = None  # highest enabled speed x width, if UFM lists them
+    peer: tuple[str, int] | None = None  # (peer port GUID, peer port number)
+    peer_node_name: str = ""  # the far end's system name (what Volcano reads)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.guid, self.number)
+
+    @property
+    def up(self) -> bool:
+        """Active and linked; a port UFM lists without any state is taken as up (older data)."""
+        logical = self.logical_state.lower()
+        physical = self.physical_state.lower().replace(" ", "")
+        return logical in ("", "active") and physical in ("", "linkup")
+
+    def label(self) -> str:
+        where = self.node_description or self.system_name or self.guid
+        return f"{where} port {self.dname or self.number}"
+
+
+@dataclass(frozen=True)
+class UfmSystem:
+    guid: str
+    name: str
+    kind: str
+
+
+@dataclass
+class UfmFabric:
+    ports: dict[tuple[str, int], UfmPort] = field(default_factory=dict)
+    systems: dict[str, UfmSystem] = field(default_factory=dict)  # system GUID -> system
+    links: set[frozenset[tuple[str, int]]] = field(default_factory=set)  # cables between port keys
+    warnings: list[str] = field(default_factory=list)
+
+    def switch_count(self) -> int:
+        return sum(1 for s in self.systems.values() if s.kind == SWITCH)
+
+    def host_count(self) -> int:
+        return sum(1 for s in self.systems.values() if s.kind == HOST)
+
+
+# --- parsing ---------------------------------------------------------------------------------------
+
+
+def _items(data: Any, listing: str) -> list[Mapping[str, Any]]:
+    """The objects of a listing: a JSON array (documented), or an object keyed by name."""
+    if isinstance(data, Mapping):
+        data = list(data.values())
+    if not isinstance(data, list):
+        raise UfmError(f"{listing}: expected a JSON array of objects, got {type(data).__name__}")
+    for index, item in enumerate(data):
+        if not isinstance(item, Mapping):
+            raise UfmError(f"{listing}[{index}]: expected an object, got {type(item).__name__}: {str(item)[:80]!r}")
+    return data
+
+
+def _text(item: Mapping[str, Any], *keys: str) -> str:
+    for key in keys:
+        value = item.get(key)
+        if value not in (None, ""):
+            return str(value).strip()
+    return ""
+
+
+def _guid(text: str) -> str | None:
+    digits = text.strip().lower().removeprefix("0x").replace(":", "")
+    if not digits or len(digits) > 16 or any(c not in "0123456789abcdef" for c in digits):
+        return None
+    return normalise_guid(digits)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def lane_gbps(text: str) -> float | None:
+    """"25.0 Gbps", "25", "EDR", "HDR" -> Gb/s per lane; None when unreadable."""
+    name = text.strip().upper()
+    if name in _LANE_GBPS:
+        return _LANE_GBPS[name]
+    match = _NUMBER.match(text)
+    return float(match.group(1)) if match else None
+
+
+def lanes(text: str) -> int | None:
+    match = _WIDTH.match(text)
+    return int(match.group(1)) if match else None
+
+
+def _rate(speed: str, width: str) -> float | None:
+    per_lane, count = lane_gbps(speed), lanes(width)
+    return per_lane * count if per_lane is not None and count is not None else None
+
+
+def _capacity(item: Mapping[str, Any]) -> float | None:
+    speeds = item.get("enabled_speed")
+    widths = item.get("enabled_width")
+    if not isinstance(speeds, list) or not isinstance(widths, list):
+        return None
+    best_speed = max((g for g in (lane_gbps(str(s)) for s in speeds) if g is not None), default=None)
+    best_width = max((w for w in (lanes(str(x)) for x in widths) if w is not None), default=None)
+    return best_speed * best_width if best_speed is not None and best_width is not None else None
+
+
+def _kind_from_description(description: str) -> str:
+    text = description.lower()
+    if "switch" in text:
+        return SWITCH
+    if "computer" in text or "host" in text or "hca" in text:
+        return HOST
+    return OTHER
+
+
+def _kind_of_system(value: str) -> str:
+    text = value.lower()
+    return SWITCH if text == "switch" else HOST if text in ("host", "computer", "server") else OTHER
+
+
+def _peer(item: Mapping[str, Any]) -> tuple[str, int] | None:
+    guid = _guid(_text(item, "peer_guid"))
+    port = _int(_text(item, "peer_port_number", "peer_port"))
+    if guid is None or port is None:
+        named = _PORT_NAME.match(_text(item, "peer", "peer_port_name"))
+        if named:
+            guid, port = _guid(named.group(1)), int(named.group(2))
+    return (guid, port) if guid is not None and port is not None else None
+
+
+def _port(item: Mapping[str, Any], kinds: Mapping[str, str]) -> UfmPort | None:
+    guid = _guid(_text(item, "guid", "port_guid"))
+    number = _int(_text(item, "number", "physical_port_number"))
+    named = _PORT_NAME.match(_text(item, "name", "port_name"))
+    if named and (guid is None or number is None):
+        guid, number = guid or _guid(named.group(1)), number if number is not None else int(named.group(2))
+    if guid is None or number is None:
+        return None
+    system_guid = _guid(_text(item, "system_guid", "systemID", "system_id")) or guid
+    kind = kinds.get(system_guid) or _kind_from_description(_text(item, "description"))
+    return UfmPort(
+        guid=guid,
+        number=number,
+        system_guid=system_guid,
+        system_name=_text(item, "system_name"),
+        kind=kind,
+        node_description=_text(item, "node_description"),
+        dname=_text(item, "dname"),
+        logical_state=_text(item, "logical_state"),
+        physical_state=_text(item, "physical_state"),
+        gbps=_rate(_text(item, "active_speed"), _text(item, "active_width")),
+        capacity_gbps=_capacity(item),
+        peer=_peer(item),
+        peer_node_name=_text(item, "peer_node_name"),
+    )
+
+
+def parse(ports: Any, *, links: Any = None, systems: Any = None) -> UfmFabric:
+    """The three listings as `json.loads` returned them (links and systems optional)."""
+    fabric = UfmFabric()
+    kinds: dict[str, str] = {}
+    for item in _items(systems, "systems") if systems is not None else ():
+        guid = _guid(_text(item, "guid", "system_guid"))
+        if guid is None:
+            fabric.warnings.append(f"systems: {_text(item, 'system_name') or '?'} has no GUID, skipped")
+            continue
+        kind = _kind_of_system(_text(item, "type"))
+        kinds[guid] = kind
+        fabric.systems[guid] = UfmSystem(guid, _text(item, "system_name", "name"), kind)
+    skipped = 0
+    for item in _items(ports, "ports"):
+        port = _port(item, kinds)
+        if port is None:
+            skipped += 1
+            continue
+        fabric.ports[port.key] = port
+        if port.system_guid not in fabric.systems:
+            fabric.systems[port.system_guid] = UfmSystem(port.system_guid, port.system_name, port.kind)
+    if skipped:
+        fabric.warnings.append(f"ports: {skipped} port(s) without a GUID or number skipped")
+    for port in fabric.ports.values():
+        if port.peer is not None and port.peer in fabric.ports:
+            fabric.links.add(frozenset((port.key, port.peer)))
+    for index, item in enumerate(_items(links, "links") if links is not None else ()):
+        _add_link(fabric, index, item)
+    return fabric
+
+
+def _add_link(fabric: UfmFabric, index: int, item: Mapping[str, Any]) -> None:
+    ends = []
+    for side in ("source", "destination"):
+        guid, port = _guid(_text(item, f"{side}_guid")), _int(_text(item, f"{side}_port"))
+        if guid is None or port is None:
+            named = _PORT_NAME.match(_text(item, f"{side}_port_name"))
+            guid, port = (_guid(named.group(1)), int(named.group(2))) if named else (guid, port)
+        if guid is None or port is None or (guid, port) not in fabric.ports:
+            fabric.warnings.append(f"links[{index}]: {side} port {guid}_{port} is not in the port listing")
+            return
+        ends.append((guid, port))
+    fabric.links.add(frozenset(ends))
+
+
+def remember(previous: UfmFabric | None, current: UfmFabric) -> UfmFabric:
+    """`current`, plus the cables of `previous` whose ports are still listed but no longer linked
+    (UFM drops the peer of a port that lost its link): the fault stays on the node it served."""
+    if previous is None:
+        return current
+    linked = {key for link in current.links for key in link}
+    kept = {
+        link
+        for link in previous.links
+        if all(key in current.ports and key not in linked for key in link)
+        and not all(current.ports[key].up for key in link)
+    }
+    if not kept:
+        return current
+    return replace(current, links=current.links | kept)
+
+
+# --- into the graph ----------------------------------------------------------------------------------
+
+
+def switch_names(fabric: UfmFabric) -> dict[str, str]:
+    """Switch system GUID -> switch ID: UFM's system name, or "ib-<guid>" when it has none or two
+    switches share it (the ibnetdiscover source names switches the same way)."""
+    wanted = {s.guid: (s.name or f"ib-{s.guid}") for s in fabric.systems.values() if s.kind == SWITCH}
+    counts = Counter(wanted.values())
+    return {guid: (name if counts[name] == 1 else f"ib-{guid}") for guid, name in wanted.items()}
+
+
+@dataclass
+class _Join:
+    """Who an HCA port belongs to: a reported GUID's node, else the system name's node."""
+
+    graph: FabricGraph
+    hosts: HostNames
+    by_guid: dict[str, str]
+    by_key: dict[str, str]
+    by_name: set[str] = field(default_factory=set)  # system names placed by name (fallback)
+
+    @classmethod
+    def of(cls, graph: FabricGraph, hosts: HostNames) -> _Join:
+        by_guid = {g: node for node in sorted(graph.facts) for g in graph.facts[node].guids}
+        found: dict[str, list[str]] = {}
+        for node in sorted(graph.nodes):
+            found.setdefault(hosts.key(node), []).append(node)
+        return cls(graph, hosts, by_guid, {k: v[0] for k, v in found.items() if len(v) == 1})
+
+    def reported(self, port: UfmPort) -> str | None:
+        return self.by_guid.get(port.guid) or self.by_guid.get(port.system_guid)
+
+    def host(self, port: UfmPort) -> str | None:
+        name = port.system_name or self.hosts.host_of(port.node_description) or ""
+        if not name:
+            return None
+        return self.by_key.get(self.hosts.key(name), name)
+
+    def node(self, port: UfmPort) -> str | None:
+        return self.reported(port) or self.host(port)
+
+    def attach(self, port: UfmPort, switch: str) -> None:
+        self.graph.attach_guid(port.guid, switch)
+        if port.system_guid != port.guid:
+            self.graph.attach_guid(port.system_guid, switch)
+        if self.reported(port) is None:
+            host = self.host(port)
+            if host:
+                self.graph.attach_host(host, switch)
+                self.by_name.add(host)
+
+
+def apply(graph: FabricGraph, fabric: UfmFabric, hosts: HostNames | None = None) -> list[str]:
+    """Switch-to-switch cables, HCA ports attached to their switch (by GUID, and by system name for
+    ports no report carries), and the faults UFM sees on nodes' cables. Returns warnings."""
+    join = _Join.of(graph, hosts or HostNames())
+    names = switch_names(fabric)
+    by_name = {name: name for name in names.values()}
+    for link in fabric.links:
+        a, b = (fabric.ports[key] for key in sorted(link))
+        sa, sb = names.get(a.system_guid), names.get(b.system_guid)
+        if sa and sb:
+            graph.add_switch_link(sa, sb)
+        elif sa and b.kind == HOST:
+            join.attach(b, sa)
+        elif sb and a.kind == HOST:
+            join.attach(a, sb)
+    cabled = {key for link in fabric.links for key in link}
+    for port in fabric.ports.values():  # Volcano's minimal data: a host port naming its switch only
+        if port.kind == HOST and port.key not in cabled and port.peer_node_name in by_name and port.up:
+            join.attach(port, by_name[port.peer_node_name])
+    graph.switches.update(names.values())
+    for node, faults in port_faults(fabric, join).items():
+        graph.add_fabric_faults(node, faults)
+    return _unmatched(graph, fabric, join) if graph.nodes else []
+
+
+def _expected_rate(fabric: UfmFabric) -> float | None:
+    """The fabric's usual rate on host cables (the most common active rate), for ports whose
+    enabled rates UFM does not list."""
+    rates: Counter[float] = Counter()
+    for link in fabric.links:
+        ports = [fabric.ports[key] for key in link]
+        if any(p.kind == HOST for p in ports):
+            rates.update(p.gbps for p in ports if p.up and p.gbps is not None)
+    return rates.most_common(1)[0][0] if rates else None
+
+
+def port_faults(fabric: UfmFabric, join: _Join) -> dict[str, list[FabricFault]]:
+    """Node -> faults on its cables: a down end is a failure, a slow one a grey failure."""
+    usual = _expected_rate(fabric)
+    out: dict[str, list[FabricFault]] = {}
+    for link in sorted(fabric.links, key=sorted):
+        ports = [fabric.ports[key] for key in sorted(link)]
+        hcas = [p for p in ports if p.kind == HOST]
+        if len(hcas) != 1 or not any(p.kind == SWITCH for p in ports):
+            continue  # switch-to-switch cables are the domain's capacity, not a node's fault
+        node = join.node(hcas[0])
+        fault = _link_fault(ports, hcas[0], usual)
+        if node is not None and fault is not None:
+            out.setdefault(node, []).append(fault)
+    return out
+
+
+def _link_fault(ports: list[UfmPort], hca: UfmPort, usual: float | None) -> FabricFault | None:
+    down = [p for p in ports if not p.up]
+    if down:
+        states = "; ".join(f"{p.label()}: {p.logical_state or '?'}/{p.physical_state or '?'}" for p in down)
+        return FabricFault(failure=True, cause="RDMA", text=f"RDMA {hca.label()} down (UFM: {states})")
+    capacities = [p.capacity_gbps for p in ports if p.capacity_gbps is not None]
+    expected = min(capacities) if len(capacities) == len(ports) else usual
+    slow = [p for p in ports if p.gbps is not None and expected is not None and p.gbps < expected]
+    if not slow:
+        return None
+    worst = min(p.gbps for p in slow if p.gbps is not None)
+    return FabricFault(
+        failure=False,
+        cause="RDMA",
+        text=f"RDMA {hca.label()} rate: {worst:g} Gb/s below the {expected:g} Gb/s its cable should carry (UFM)",
+    )
+
+
+def _unmatched(graph: FabricGraph, fabric: UfmFabric, join: _Join) -> list[str]:
+    """Hosts UFM names that are no node, nodes that no UFM host names or reports the GUID of."""
+    hca_ports = [p for p in fabric.ports.values() if p.kind == HOST]
+    matched = {join.reported(p) for p in hca_ports} | {n for n in join.by_name if n in graph.nodes}
+    lost_hosts = sorted(
+        {p.system_name for p in hca_ports if join.reported(p) is None and join.host(p) not in graph.nodes}
+        - {""}
+    )
+    lost_nodes = sorted(n for n in graph.nodes if n not in matched)
+    warnings = []
+    if lost_hosts:
+        warnings.append(
+            f"{len(lost_hosts)} hosts in UFM match no node (e.g. {', '.join(lost_hosts[:3])}; nodes are named like "
+            f"{', '.join(sorted(graph.nodes)[:2])}): see --strip-domain"
+        )
+    if lost_nodes:
+        warnings.append(f"{len(lost_nodes)} of {len(graph.nodes)} nodes match no host in UFM (e.g. {', '.join(lost_nodes[:3])})")
+    return warnings
+
+
+def summary(fabric: UfmFabric) -> str:
+    down = sum(1 for p in fabric.ports.values() if not p.up)
+    return (f"{fabric.switch_count()} switches, {fabric.host_count()} hosts, {len(fabric.ports)} ports "
+            f"({down} not active), {len(fabric.links)} cables")  # fmt: skip
+
+
+def from_listings(listings: Mapping[str, Any]) -> UfmFabric:
+    """`parse` over {"ports": ..., "links": ..., "systems": ...} (what the adapter fetched)."""
+    if "ports" not in listings:
+        raise UfmError("ports: the port listing is required")
+    return parse(listings["ports"], links=listings.get("links"), systems=listings.get("systems"))
+
+
+def hosts_of(fabric: UfmFabric) -> Iterable[str]:
+    return sorted({s.name for s in fabric.systems.values() if s.kind == HOST and s.name})

@@ -1,0 +1,321 @@
+"""A stand-in for NVIDIA UFM's REST API on loopback, serving a cluster model's fabric.
+
+`listings(model)` writes what UFM's documented listings would hold for the model's fabric (ports,
+links, systems; field names and value spellings as UFM's REST API guide shows them), with the
+same GUIDs as `aggregator_fabric.ibnetdiscover_dump` and the agents' reports (agent.model_probe),
+so one model gives a dump, a UFM and reports that agree. `UfmStandIn` serves them over HTTP with
+UFM's two authentication paths (basic on /ufmRest, an access token on /ufmRestV3) and can be told
+to fail the way a real server does: 401, 403, 500, a hang past the client's timeout, HTML instead
+of JSON, a truncated body, a dropped connection. Responses are sent whole (UFM does not page its
+listings), with chunked transfer encoding on request, as large fabrics are served.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from aggregator_fabric import switch_guid
+
+from agent.cluster_model import ClusterModel
+from agent.model_probe import node_guid
+
+Obj = dict[str, Any]
+NDR_LANE = "100.0 Gbps"  # NDR: 100 Gb/s per lane, 4 lanes
+ENABLED_SPEEDS = ["25.0 Gbps", "50.0 Gbps", "100.0 Gbps"]
+
+
+def ca_guid(node: str, hca: int) -> str:
+    return node_guid(node, hca).replace(":", "")
+
+
+@dataclass
+class _Port:
+    guid: str
+    number: int
+    system_guid: str
+    system_name: str
+    switch: bool
+    node_description: str
+    peer: tuple[str, int] | None = None
+    peer_name: str = ""
+    peer_dname: str = ""
+
+
+def _port_object(port: _Port, *, state: str, lane: str, peers: bool) -> Obj:
+    logical, physical = {"up": ("Active", "Link Up"), "down": ("Down", "Disabled"),
+                         "polling": ("Down", "Polling")}.get(state, ("Active", "Link Up"))  # fmt: skip
+    dname = str(port.number) if not port.switch else f"1/{(port.number + 1) // 2}/{2 - port.number % 2}"
+    obj: Obj = {
+        "guid": port.guid,
+        "number": port.number,
+        "dname": dname,
+        "name": f"{port.guid}_{port.number}",
+        "systemID": port.system_guid,
+        "system_name": port.system_name,
+        "node_description": port.node_description,
+        "description": "Switch IB Port" if port.switch else "Computer IB Port",
+        "logical_state": logical,
+        "physical_state": physical,
+        "active_speed": lane,
+        "active_width": "4x",
+        "enabled_speed": ENABLED_SPEEDS,
+        "enabled_width": ["1x", "2x", "4x"],
+        "severity": "Info" if state == "up" else "Critical",
+        "tier": 1,
+        "lid": 10 + port.number,
+        "mirror": "disable",
+        "capabilities": ["enable", "disable", "reset"],
+    }
+    if peers and port.peer is not None and state == "up":  # UFM drops the peer of a port without a link
+        obj["peer"] = f"{port.peer[0]}_{port.peer[1]}"
+        obj["peer_guid"] = port.peer[0]
+        obj["peer_port_dname"] = port.peer_dname
+        obj["peer_node_name"] = port.peer_name
+    return obj
+
+
+@dataclass
+class Fault:
+    """A cable's state as UFM would show it: `side` "host" (the HCA's port), "switch" or "both"."""
+
+    state: str = "down"  # "down" | "polling" | "slow" (trained at a lower rate)
+    side: str = "switch"
+
+
+def listings(
+    model: ClusterModel,
+    *,
+    faults: dict[tuple[str, int], Fault] | None = None,
+    peers: bool = True,
+    with_links: bool = True,
+    with_systems: bool = True,
+    only: Collection[str] | None = None,
+) -> dict[str, list[Obj]]:
+    """{"ports": [...], "links": [...], "systems": [...]} for the model's fabric; `faults` keys are
+    (node, hca index) and mark that HCA's cable; `peers=False` leaves the peer fields out of port
+    objects (cabling only from the links listing)."""
+    faults = faults or {}
+    ports: dict[tuple[str, int], _Port] = {}
+    next_port: dict[str, int] = defaultdict(int)
+    cables: list[tuple[tuple[str, int], tuple[str, int], tuple[str, int] | None]] = []
+    kept = set(model.switches) if only is None else set(only)
+
+    def switch_port(switch: str) -> _Port:
+        next_port[switch] += 1
+        number, guid = next_port[switch], switch_guid(switch)
+        port = _Port(guid, number, guid, switch, True, f"{switch}:{number}")
+        ports[(guid, number)] = port
+        return port
+
+    for child, parent in sorted(model.parents.items()):
+        if child in kept and parent in kept:
+            a, b = switch_port(child), switch_port(parent)
+            _cable(a, b)
+            cables.append(((a.guid, a.number), (b.guid, b.number), None))
+    hca_index: dict[str, int] = defaultdict(int)
+    for block in model.blocks:
+        for node in block.nodes:
+            hca = hca_index[node]
+            hca_index[node] += 1
+            if block.switch not in kept:
+                continue
+            guid = ca_guid(node, hca)
+            host = _Port(guid, 1, ca_guid(node, 0), node, False, f"{node} mlx5_{hca}")
+            ports[(guid, 1)] = host
+            sw = switch_port(block.switch)
+            _cable(host, sw)
+            cables.append(((guid, 1), (sw.guid, sw.number), (node, hca)))
+    states = _states(cables, faults)
+    port_objects = [
+        _port_object(p, state=states.get(k, ("up", NDR_LANE))[0], lane=states.get(k, ("up", NDR_LANE))[1], peers=peers)
+        for k, p in sorted(ports.items(), key=lambda kv: (kv[1].system_name, kv[0][1]))
+    ]
+    out: dict[str, list[Obj]] = {"ports": port_objects}
+    if with_links:
+        out["links"] = [_link_object(ports[a], ports[b]) for a, b, _ in cables
+                        if states.get(a, ("up",))[0] in ("up", "slow") and states.get(b, ("up",))[0] in ("up", "slow")]  # fmt: skip
+    if with_systems:
+        out["systems"] = _systems(model, kept, hca_index)
+    return out
+
+
+def _cable(a: _Port, b: _Port) -> None:
+    a.peer, b.peer = (b.guid, b.number), (a.guid, a.number)
+    a.peer_name, b.peer_name = b.system_name, a.system_name
+    a.peer_dname, b.peer_dname = str(b.number), str(a.number)
+
+
+def _states(
+    cables: list[tuple[tuple[str, int], tuple[str, int], tuple[str, int] | None]],
+    faults: dict[tuple[str, int], Fault],
+) -> dict[tuple[str, int], tuple[str, str]]:
+    """Port key -> (state, per-lane speed) for the faulty cables."""
+    out: dict[tuple[str, int], tuple[str, str]] = {}
+    for host, switch, hca in cables:
+        fault = faults.get(hca) if hca is not None else None
+        if fault is None:
+            continue
+        if fault.state == "slow":  # a cable trained at HDR: both ends run the slower rate
+            out[host] = out[switch] = ("up", "50.0 Gbps")
+            continue
+        down = (fault.state, NDR_LANE)
+        other = ("polling", NDR_LANE)  # the far end of a dead cable sees no light either
+        if fault.side == "host":
+            out[host], out[switch] = down, other
+        elif fault.side == "switch":
+            out[switch], out[host] = down, other
+        else:
+            out[host] = out[switch] = down
+    return out
+
+
+def _link_object(a: _Port, b: _Port) -> Obj:
+    return {
+        "source_guid": a.guid,
+        "source_port": str(a.number),
+        "destination_guid": b.guid,
+        "destination_port": str(b.number),
+        "source_port_name": f"{a.guid}_{a.number}",
+        "destination_port_name": f"{b.guid}_{b.number}",
+        "source_port_node_description": a.node_description,
+        "destination_port_node_description": b.node_description,
+        "width": "4x",
+        "severity": "Info",
+        "name": f"{a.guid}_{a.number}:{b.guid}_{b.number}",
+    }
+
+
+def _systems(model: ClusterModel, kept: set[str], hcas: dict[str, int]) -> list[Obj]:
+    out: list[Obj] = []
+    leaves = {block.switch for block in model.blocks}
+    for switch in sorted(kept & set(model.switches)):
+        out.append({"system_name": switch, "guid": switch_guid(switch), "type": "switch", "model": "MQM9700",
+                    "vendor": "Mellanox", "role": "tor" if switch in leaves else "core",
+                    "description": "NDR switch", "ip": "0.0.0.0", "severity": "Info"})  # fmt: skip
+    for node in sorted(hcas):
+        out.append({"system_name": node, "guid": ca_guid(node, 0), "type": "host", "role": "endpoint",
+                    "model": "HCA", "vendor": "Mellanox", "description": "Computer", "ip": "0.0.0.0",
+                    "severity": "Info"})  # fmt: skip
+    return out
+
+
+# --- the HTTP server -----------------------------------------------------------------------------
+
+
+@dataclass
+class Behaviour:
+    """How the stand-in answers: normally, or one of the ways a real server fails."""
+
+    fail: str | None = None  # None | "401" | "403" | "500" | "hang" | "html" | "truncated" | "drop" | "not-array"
+    hang_seconds: float = 5.0
+    chunked: bool = False
+    missing: set[str] = field(default_factory=set)  # listings answered with 404 (older UFM)
+
+
+class UfmStandIn:
+    """`with UfmStandIn(data, username=..., password=..., token=...) as ufm: ufm.url`"""
+
+    def __init__(
+        self, data: dict[str, list[Obj]], *, username: str = "admin", password: str = "123456", token: str = ""
+    ) -> None:
+        self.data = data
+        self.username, self.password, self.token = username, password, token
+        self.behaviour = Behaviour()
+        self.requests: list[tuple[str, str]] = []  # (path, authorization header)
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> UfmStandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def set(self, data: dict[str, list[Obj]]) -> None:
+        with self._lock:
+            self.data = data
+
+    def paths(self) -> Iterator[str]:
+        return (p for p, _ in list(self.requests))
+
+    def _authorised(self, path: str, header: str) -> bool:
+        if path.startswith("/ufmRestV3/"):
+            return bool(self.token) and header == f"Basic {self.token}"
+        pair = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        return header == f"Basic {pair}"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:
+                header = self.headers.get("Authorization", "")
+                standin.requests.append((self.path, header))
+                behaviour = standin.behaviour
+                if behaviour.fail == "drop":
+                    self.connection.close()
+                    return
+                if behaviour.fail == "hang":
+                    time.sleep(behaviour.hang_seconds)
+                if behaviour.fail in ("401", "403", "500"):
+                    self._send(int(behaviour.fail), b'{"error": "stand-in failure"}')
+                    return
+                if not standin._authorised(self.path, header):
+                    self._send(401, b'{"error": "Unauthorized"}')
+                    return
+                name = self.path.rstrip("/").rsplit("/", 1)[-1]
+                if not self.path.split("/", 2)[-1].startswith("resources/") or name in behaviour.missing:
+                    self._send(404, b'{"error": "Not Found"}')
+                    return
+                with standin._lock:
+                    listing = standin.data.get(name)
+                if listing is None:
+                    self._send(404, b'{"error": "Not Found"}')
+                    return
+                body = json.dumps(listing).encode()
+                if behaviour.fail == "html":
+                    body = b"<html><body>UFM is starting, please wait</body></html>"
+                elif behaviour.fail == "not-array":
+                    body = b'{"ports": "unavailable"}' if name == "ports" else body
+                elif behaviour.fail == "truncated":
+                    body = body[: len(body) // 2]
+                self._send(200, body, chunked=behaviour.chunked)
+
+            def _send(self, status: int, body: bytes, *, chunked: bool = False) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for start in range(0, len(body), 64 << 10):
+                        piece = body[start : start + (64 << 10)]
+                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler

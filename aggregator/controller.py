@@ -58,6 +58,8 @@ class DesiredState(Protocol):
     @property
     def unhealthy_nodes(self) -> frozenset[str]: ...
     @property
+    def degraded_nodes(self) -> frozenset[str]: ...  # members with grey findings
+    @property
     def warnings(self) -> tuple[str, ...]: ...  # inputs that could not be placed
 
 
@@ -126,6 +128,7 @@ class Options:
     period: float = 1.0
     agent_namespace: str | None = None  # where the agent pods run (None: every namespace)
     report_gc_period: float = 60.0  # seconds between sweeps for reports of deleted Nodes (0: never)
+    mark_degraded: bool = False  # annotate degraded Nodes (node_marks.DEGRADED_ANNOTATION)
 
 
 def reports_of_members(topologies: Mapping[str, Obj], nodes: Mapping[str, Obj]) -> dict[str, Obj]:
@@ -296,6 +299,12 @@ class Controller:
             marks = self.marker.apply_taints(desired.unhealthy_nodes, nodes)
             self._node_overlay.written.update(marks.written)
             writes += sum(marks.writes.values())
+        if self.options.mark_degraded:
+            nodes = self._node_overlay.view(self.nodes.snapshot())
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+            marks = self.marker.apply_degraded(desired.degraded_nodes, nodes, since)
+            self._node_overlay.written.update(marks.written)
+            writes += sum(marks.writes.values())
         if writes:
             log.info("reconcile: %d API writes (%s)", writes, dict(outcome.writes))
         return writes
@@ -350,13 +359,27 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add("--label-levels", metavar="KEYS", help="comma-separated node label keys, broadest first (as Kueue Topology levels)")
     add("--ready-threshold", type=float, default=0.0, help="unhealthy members a HyperNode tolerates")
     add(
+        "--degraded-threshold",
+        type=float,
+        default=0.0,
+        help="degraded members (grey failures: error rates, links below their speed, flapping, PCIe "
+        "downtrained, NVLink fabric degraded) a HyperNode tolerates before FabricDegraded=True: a fraction "
+        "below 1 or a count (default 0: any degraded member); Ready stays about failures",
+    )
+    add(
         "--hold-down",
         type=float,
         default=5.0,
-        help="seconds a new Ready state must last before it is published (flap damping; default 5)",
+        help="seconds a new Ready or FabricDegraded state must last before it is published (flap damping; default 5)",
     )
     add("--node-labels", action="store_true", help="label Nodes with hypertopo.io/<tierName>=<HyperNode>")
     add("--taint-unhealthy", action="store_true", help="taint Nodes whose fabric failed (NoSchedule)")
+    add(
+        "--mark-degraded",
+        action="store_true",
+        help="annotate Nodes with grey fabric failures hypertopo.io/fabric-degraded=<since, RFC 3339> "
+        "(the scheduler's restart-pods-on-degraded policy acts on it)",
+    )
     add("--listen", default=":9731", help="address of /metrics, /healthz and /readyz (default :9731)")
     add("--period", type=float, default=None, help="seconds between periodic reconciles (default: from --hold-down)")
     add("--resync", type=float, default=300.0, help="seconds between full pipeline rebuilds (default 300)")
@@ -375,7 +398,11 @@ def pipeline_compute(args: argparse.Namespace) -> Compute:
     from aggregator.feed import PipelineFeed
     from aggregator.pipeline import Pipeline
 
-    pipeline = Pipeline(ready_threshold=args.ready_threshold, hold_down_seconds=args.hold_down)
+    pipeline = Pipeline(
+        ready_threshold=args.ready_threshold,
+        hold_down_seconds=args.hold_down,
+        degraded_threshold=args.degraded_threshold,
+    )
     feed = PipelineFeed(pipeline, static_sources(args), resync=args.resync)
 
     def compute(view: ClusterView, now: float) -> DesiredState:
@@ -415,6 +442,7 @@ def run(args: argparse.Namespace) -> int:
         _period(args),
         agent_namespace=args.agent_namespace or None,
         report_gc_period=args.report_gc_period,
+        mark_degraded=args.mark_degraded,
     )
     controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write)
     if elector is None:

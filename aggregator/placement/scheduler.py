@@ -33,7 +33,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from agent.adapters.endpoints import serve
-from aggregator.placement import podgroups, rescheduler, topology, volcano
+from aggregator.placement import degraded, podgroups, rescheduler, topology, volcano
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
 from aggregator.placement.decide import Decision, decide
@@ -64,6 +64,7 @@ class Options:
     event_repeat_seconds: float = 300.0
     remediate_only: bool = False  # fault handling only: no binding, no PodGroup status
     job_restart_hold_seconds: float = 120.0  # a Volcano Job restarted for a fault is not restarted again sooner
+    degraded_restart_seconds: float = 600.0  # restart-pods-on-degraded: how long a node stays degraded first
 
 
 class Scheduler:
@@ -77,6 +78,8 @@ class Scheduler:
         self.metrics = SchedulerMetrics(registry or CollectorRegistry())
         self.state = ClusterState(options.scheduler_name)
         self.faults = FaultTracker(options.unknown_grace_seconds)
+        self.degraded = degraded.DegradedTracker(options.degraded_restart_seconds)
+        self._degraded_nodes: frozenset[str] = frozenset()  # for the placement preference
         self.events = EventRecorder(api, options.scheduler_name, repeat_seconds=options.event_repeat_seconds, clock=clock)
         self.binder = Binder(api, lambda outcome: self._queue.put(("bound", outcome)), workers=options.bind_workers)
         self.evictions = EvictionQueue(api, lambda ev, outcome, detail: self._queue.put(("evicted", (ev, outcome, detail))),
@@ -183,12 +186,14 @@ class Scheduler:
             self._topology_gen = self.state.topology_generation
             self._topology = topology.build(self.state.hypernodes.values(), topology.node_labels_of(self.state.nodes.values()))
             self._filter_cache.clear()
+            self._degraded_nodes = frozenset(degraded.degraded_nodes(self.state.nodes, self.state.hypernodes, self._topology))
             # The cluster view is large and long-lived: keep the cyclic GC from rescanning it in the
             # middle of decisions (a full collection over 10,000 nodes' objects took ~40 ms, the
             # whole p99 of a decision). Frozen objects are still freed by reference counting.
             gc.freeze()
         failed_domains = self.faults.failed_domains(self.state.hypernodes, now)
-        if self._scheduled_gen == self.state.generation and now < self._next_resync and not self.faults.unknown_since:
+        waiting = self.faults.unknown_since or self.degraded.next_due(now) is not None
+        if self._scheduled_gen == self.state.generation and now < self._next_resync and not waiting:
             return
         self._fabric_faults(failed_domains, now)
         if not self.options.remediate_only:
@@ -202,6 +207,7 @@ class Scheduler:
 
     # -- fault-driven rescheduling ------------------------------------------------------------
     def _fabric_faults(self, failed_domains: Mapping[str, str], now: float) -> None:
+        self._degraded_faults(now)
         failed = rescheduler.failed_nodes(self.state, self._topology, failed_domains)
         if failed != self._failed_nodes:
             log.info("fabric-failed nodes: %s", sorted(failed) or "none")
@@ -217,6 +223,15 @@ class Scheduler:
             if now - self._restarted.get(restart.job, float("-inf")) >= self.options.job_restart_hold_seconds:
                 self._restarted[restart.job] = now
                 self._commands.submit(self._restart_job, restart, self.state.vc_jobs[restart.job])
+
+    def _degraded_faults(self, now: float) -> None:
+        """restart-pods-on-degraded: pods on nodes degraded for long enough (degraded.py)."""
+        due = self.degraded.due(degraded.marked_nodes(self.state.nodes), now)
+        if not due:
+            return
+        for eviction in degraded.plan(podgroups.gangs_on_nodes(self.state, set(due)), due):
+            if self.evictions.offer(eviction):
+                log.info("evicting %s/%s from %s (%s): %s", *eviction.pod, eviction.node, eviction.policy, eviction.reason)
 
     def _restart_job(self, restart: JobRestart, job: dict[str, Any]) -> None:
         """Asks Volcano's job controller to restart a Job (a `RestartJob` Command); from the pool."""
@@ -261,7 +276,7 @@ class Scheduler:
             self._waiting_since.pop(view.key, None)
             started = time.perf_counter()
             decision = decide(self.state, self._topology, view, excluded_domains=excluded_domains,
-                              filter_cache=self._filter_cache)
+                              filter_cache=self._filter_cache, degraded_nodes=self._degraded_nodes)
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             if decision.ok:
                 self._commit(decision)
@@ -358,6 +373,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eviction-burst", type=int, default=d.eviction_burst, help="eviction rate burst")
     parser.add_argument("--unknown-grace", type=float, default=d.unknown_grace_seconds,
                         help="seconds a HyperNode may stay Ready=Unknown (stale agent) before it counts as failed")
+    parser.add_argument("--degraded-restart-after", type=float, default=d.degraded_restart_seconds,
+                        help="seconds a node must stay degraded (annotation hypertopo.io/fabric-degraded) before the "
+                             "pods of gangs annotated hypertopo.io/on-fabric-fault=restart-pods-on-degraded are "
+                             f"evicted from it (default {d.degraded_restart_seconds:.0f})")
     parser.add_argument("--resync", type=float, default=d.resync_seconds, help="retry unschedulable gangs every N seconds")
     parser.add_argument("--remediate-only", action="store_true",
                         help="only act on fabric faults (evictions, Volcano RestartJob) for gangs that opted in with "
@@ -370,6 +389,7 @@ def options_from(args: argparse.Namespace) -> Options:
     return Options(scheduler_name=args.scheduler_name, node_selector=args.node_selector, bind_workers=args.bind_workers,
                    eviction_rate=args.eviction_rate, eviction_burst=args.eviction_burst,
                    unknown_grace_seconds=args.unknown_grace, resync_seconds=args.resync,
+                   degraded_restart_seconds=args.degraded_restart_after,
                    remediate_only=args.remediate_only)
 
 

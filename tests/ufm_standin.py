@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 import time
 from collections import defaultdict
@@ -214,7 +215,7 @@ def _systems(model: ClusterModel, kept: set[str], hcas: dict[str, int]) -> list[
 class Behaviour:
     """How the stand-in answers: normally, or one of the ways a real server fails."""
 
-    fail: str | None = None  # None | "401" | "403" | "500" | "hang" | "html" | "truncated" | "drop" | "not-array"
+    fail: str | None = None  # None | "401" | "403" | "500" | "hang" | "html" | "truncated" | "drop" | "not-array" | "empty"
     hang_seconds: float = 5.0
     chunked: bool = False
     missing: set[str] = field(default_factory=set)  # listings answered with 404 (older UFM)
@@ -224,7 +225,13 @@ class UfmStandIn:
     """`with UfmStandIn(data, username=..., password=..., token=...) as ufm: ufm.url`"""
 
     def __init__(
-        self, data: dict[str, list[Obj]], *, username: str = "admin", password: str = "123456", token: str = ""
+        self,
+        data: dict[str, list[Obj]],
+        *,
+        username: str = "admin",
+        password: str = "123456",
+        token: str = "",
+        tls: tuple[str, str] | None = None,
     ) -> None:
         self.data = data
         self.username, self.password, self.token = username, password, token
@@ -233,12 +240,18 @@ class UfmStandIn:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
+        self.scheme = "http"
+        if tls is not None:  # (certificate file, key file)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
 
     def __enter__(self) -> UfmStandIn:
         self._thread.start()
@@ -299,6 +312,8 @@ class UfmStandIn:
                     body = b"<html><body>UFM is starting, please wait</body></html>"
                 elif behaviour.fail == "not-array":
                     body = b'{"ports": "unavailable"}' if name == "ports" else body
+                elif behaviour.fail == "empty":
+                    body = b"[]"
                 elif behaviour.fail == "truncated":
                     body = body[: len(body) // 2]
                 self._send(200, body, chunked=behaviour.chunked)

@@ -47,7 +47,8 @@ PATHS = {"ports": ufm.PORTS_PATH, "links": ufm.LINKS_PATH, "systems": ufm.SYSTEM
 
 
 class UfmFetchError(Exception):
-    """One failed poll: `kind` is unreachable | timeout | auth | http | malformed | credentials."""
+    """One failed poll: `kind` is unreachable | timeout | auth | http | malformed | credentials | empty
+    (no ports where there were some: a UFM still discovering is not a fabric without cables)."""
 
     def __init__(self, kind: str, message: str, status: int = 0) -> None:
         super().__init__(message)
@@ -232,6 +233,8 @@ class UfmPoller:
         """One poll; True when UFM answered usefully. Never raises for UFM's own failures."""
         try:
             fresh = self.client.fetch()
+            if not fresh.ports and self.facts is not None and self.facts.ports:
+                raise UfmFetchError("empty", "UFM lists no ports at all (still discovering after a restart?)")
         except UfmFetchError as exc:
             self._failed(exc)
             return False

@@ -121,9 +121,7 @@ class UfmFabric:
 
 
 def _items(data: Any, listing: str) -> list[Mapping[str, Any]]:
-    """The objects of a listing: a JSON array (documented), or an object keyed by name."""
-    if isinstance(data, Mapping):
-        data = list(data.values())
+    """The objects of a listing: a JSON array, as documented (an object is an error page)."""
     if not isinstance(data, list):
         raise UfmError(f"{listing}: expected a JSON array of objects, got {type(data).__name__}")
     for index, item in enumerate(data):

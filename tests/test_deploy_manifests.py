@@ -44,6 +44,17 @@ def test_every_manifest_passes_a_server_side_dry_run(apiserver: ControlPlane) ->
     assert len(applied) == len(rendered(apiserver)), proc.stdout
 
 
+def test_the_aggregator_and_the_scheduler_run_two_replicas_that_elect_a_leader(apiserver: ControlPlane) -> None:
+    deployments = {d["metadata"]["name"]: d for d in rendered(apiserver) if d["kind"] == "Deployment"}
+    for name in ("hypertopo-aggregator", "hypertopo-scheduler"):
+        spec = deployments[name]["spec"]
+        assert spec["replicas"] == 2 and "strategy" not in spec, name  # no Recreate: the Lease decides
+        container = spec["template"]["spec"]["containers"][0]
+        assert "--namespace=$(POD_NAMESPACE)" in container["args"], name  # the Lease's namespace
+        env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+        assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}, name  # identity
+
+
 def test_no_container_is_privileged_and_the_agent_adds_only_net_raw(apiserver: ControlPlane) -> None:
     for doc in rendered(apiserver):
         if doc["kind"] not in ("DaemonSet", "Deployment"):
@@ -108,7 +119,9 @@ CAN_I: dict[str, list[tuple[str, str, str | None, bool]]] = {
         ("create", "pods", "default", False),
         ("patch", "nodes", None, False),
         ("get", "secrets", "default", False),
-        ("update", "leases.coordination.k8s.io", NS, False),
+        ("update", "leases.coordination.k8s.io", NS, True),  # leader election between the 2 replicas
+        ("update", "leases.coordination.k8s.io", "kube-system", False),
+        ("delete", "leases.coordination.k8s.io", NS, False),
     ],
 }
 
@@ -366,6 +379,7 @@ EXACT_RULES: dict[str, dict[str, set[str]]] = {
         "commands.bus.volcano.sh": {"create"},
         "events": {"create", "patch"},
         "events.events.k8s.io": {"create", "patch"},
+        "leases.coordination.k8s.io": {"get", "create", "update"},
     },
 }
 DEFAULT_SELF_REVIEWS = {"selfsubjectreviews.authentication.k8s.io", "selfsubjectaccessreviews.authorization.k8s.io",

@@ -44,7 +44,8 @@ def test_run_command_schedules_a_gang_and_serves_health_and_metrics(cluster: Clu
     name = f"hypertopo-{cluster.tag}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "aggregator.placement.cli", "run", f"--kubeconfig={cluster.plane.kubeconfig}",
-         f"--scheduler-name={name}", f"--listen=127.0.0.1:{port}", f"--node-selector={cluster.selector}"],
+         f"--scheduler-name={name}", f"--listen=127.0.0.1:{port}", f"--node-selector={cluster.selector}",
+         f"--namespace={cluster.ns}"],  # its Lease: a lone replica leads at once
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_for("/healthz 200", lambda: get(f"http://127.0.0.1:{port}/healthz")[0] == 200)

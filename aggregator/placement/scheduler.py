@@ -12,8 +12,15 @@ is open and their minResources fit (Volcano's job controller creates a Job's pod
 place every gang that has pending pods (waiting until minMember pods exist) through `decide` (the
 placement core) and bind it all or nothing (`binder`); write FailedScheduling events and
 conditions for gangs that do not fit, and PodGroup status. With `remediate_only` it does the
-fault handling alone (for clusters that place pods with vc-scheduler). Leader election is not
-done here: run one replica (or one per scheduler name).
+fault handling alone (for clusters that place pods with vc-scheduler).
+
+High availability: run two replicas with a Lease (`aggregator.service`, the aggregator's elector).
+Both keep warm caches; only the leader runs cycles, so only it decides, binds, evicts and writes
+status. A leader that cannot renew stops deciding at its renew deadline, before a standby can
+acquire (it waits a whole lease on its own clock); a standby that takes over starts from the API
+server's truth (its informers saw every bind the old leader made), so a gang half bound when its
+leader died is finished by the new one and no pod is bound twice (the API server refuses a second
+binding of a bound pod, and the UID precondition a recreated one).
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +51,7 @@ from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
 from aggregator.placement.scheduler_metrics import SchedulerMetrics
 from aggregator.placement.state import ClusterState, PodKey, pod_key
 from aggregator.placement.status_writer import StatusWriter
+from aggregator.service import Service, add_election_arguments, elector_from
 
 log = logging.getLogger("hypertopo.scheduler")
 PODGROUP_API = "scheduling.x-k8s.io/v1alpha1"
@@ -71,10 +79,11 @@ class Scheduler:
     """Build with a `KubeApi`-like object; `start()`, then `stop()`."""
 
     def __init__(self, api: Any, options: Options, *, registry: CollectorRegistry | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, leading: Callable[[], bool] = lambda: True) -> None:
         from aggregator.placement.adapters import kube
 
         self.api, self.options, self.clock = api, options, clock
+        self.leading, self._was_leading = leading, False
         self.metrics = SchedulerMetrics(registry or CollectorRegistry())
         self.state = ClusterState(options.scheduler_name)
         self.faults = FaultTracker(options.unknown_grace_seconds)
@@ -142,10 +151,20 @@ class Scheduler:
         while not self._stop.is_set():
             try:
                 self._drain(timeout=0.5)
-                if self.synced():
+                if self._lead() and self.synced():
                     self._cycle()
             except Exception:
                 log.exception("scheduling cycle failed")
+
+    def _lead(self) -> bool:
+        """Whether this replica may act now; a replica that starts leading looks at everything."""
+        leading = self.leading()
+        if leading != self._was_leading:
+            self._was_leading = leading
+            self.metrics.is_leader.set(1 if leading else 0)
+            log.info("%s", "leading: scheduling" if leading else "not leading: standing by (caches kept warm)")
+            self._scheduled_gen = -1
+        return leading
 
     def _drain(self, timeout: float) -> None:
         try:
@@ -262,6 +281,8 @@ class Scheduler:
         for view in podgroups.collect(self.state):
             if view.key in self._in_flight:
                 continue
+            if not self.leading():  # the lease was lost mid-cycle: the successor decides the rest
+                return
             if view.min_member < 0 or view.missing > 0:
                 self._wait(view, now)
                 continue
@@ -382,6 +403,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only act on fabric faults (evictions, Volcano RestartJob) for gangs that opted in with "
                              "hypertopo.io/on-fabric-fault, whichever scheduler placed them; bind nothing and write no "
                              "PodGroup status (for clusters that place pods with vc-scheduler)")
+    parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "hypertopo-system"),
+                        help="namespace of the leader-election Lease (default $POD_NAMESPACE, else hypertopo-system)")
+    add_election_arguments(parser, lease_name="hypertopo-scheduler")  # one Lease per scheduler name
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -394,24 +418,32 @@ def options_from(args: argparse.Namespace) -> Options:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs until SIGTERM/SIGINT; returns the exit code."""
+    """Runs until SIGTERM/SIGINT; stops deciding, then hands the Lease back; returns the exit code."""
+    from aggregator.adapters.kube import LeaseClient
     from aggregator.placement.adapters import kube
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    api = kube.connect(args.kubeconfig, pool_size=args.bind_workers + 8, timeout=30.0)
+    try:
+        api = kube.connect(args.kubeconfig, pool_size=args.bind_workers + 8, timeout=30.0)
+    except kube.ApiError as exc:
+        log.error("hypertopo-scheduler run: %s", exc)
+        return 1
+    lease = LeaseClient(api, namespace=args.namespace, name=args.lease_name, field_manager="hypertopo-scheduler")
+    elector = elector_from(args, lease)
     registry = CollectorRegistry()
-    scheduler = Scheduler(api, options_from(args), registry=registry)
+    scheduler = Scheduler(api, options_from(args), registry=registry,
+                          leading=elector.is_leader if elector else (lambda: True))
     server = serve(registry, args.listen, {"/healthz": scheduler.healthy})
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    scheduler.start()
+
+    def work(stop: threading.Event) -> None:
+        scheduler.start()
+        stop.wait()
+        scheduler.stop()  # no decision starts after this; binds in flight finish first
+
     mode = "fault handling only (--remediate-only)" if args.remediate_only else "scheduling and fault handling"
-    log.info("hypertopo-scheduler %s running (%s); metrics on %s", args.scheduler_name, mode, args.listen)
-    done.wait()
-    scheduler.stop()
-    server.shutdown()
-    return 0
+    log.info("hypertopo-scheduler %s running (%s, %s); metrics on %s", args.scheduler_name, mode,
+             f"Lease {args.namespace}/{args.lease_name}" if elector else "no leader election", args.listen)
+    return Service([("scheduler", work)], elector, cleanup=(server.shutdown,)).run()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,5 +26,8 @@ class SchedulerMetrics:
             ["outcome"], registry=registry)
         self.pending = Gauge("hypertopo_scheduler_pending_pods", "Pods of this scheduler waiting for a node.",
                              registry=registry)
+        self.is_leader = Gauge("hypertopo_scheduler_is_leader",
+                               "1 while this replica holds the scheduler's Lease (only the leader binds).",
+                               registry=registry)
         self.failed_nodes = Gauge("hypertopo_scheduler_fabric_failed_nodes",
                                   "Nodes the scheduler treats as failed by the fabric.", registry=registry)

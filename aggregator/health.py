@@ -37,6 +37,8 @@ from aggregator.graph import FabricFault
 FABRIC_COMPONENTS = {"nvml": "NVLink", "rdma": "RDMA", "net": "link", "pcie": "PCIe"}
 GREY_ONLY = frozenset({"pcie"})  # components whose `degraded` is always a grey finding
 MAX_NAMED = 5
+MAX_FINDINGS = 3  # per node in a message
+MAX_TEXT = 300  # characters of one problem or finding in a message
 READY = "Ready"
 FABRIC_DEGRADED = "FabricDegraded"
 
@@ -203,9 +205,16 @@ class Condition:
 
 
 def _named(items: list[tuple[str, MemberHealth]], *, grey: bool = False) -> str:
-    shown = "; ".join(f"{node}: {', '.join(h.degraded if grey else h.problems)}" for node, h in items[:MAX_NAMED])
+    """Five nodes with their problems (at most three findings each), then a count; a message stays
+    far below the API's 32 KiB limit on a condition message even for a GPU with 18 bad links."""
+    shown = "; ".join(f"{node}: {_first(h.degraded if grey else h.problems)}" for node, h in items[:MAX_NAMED])
     more = len(items) - MAX_NAMED
     return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def _first(texts: tuple[str, ...], keep: int = MAX_FINDINGS) -> str:
+    shown = ", ".join(text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..." for text in texts[:keep])
+    return shown + (f" (and {len(texts) - keep} more)" if len(texts) > keep else "")
 
 
 def _reason(bad: list[tuple[str, MemberHealth]], default: str) -> str:

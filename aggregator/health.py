@@ -205,9 +205,11 @@ class Condition:
 
 
 def _named(items: list[tuple[str, MemberHealth]], *, grey: bool = False) -> str:
-    """Five nodes with their problems (at most three findings each), then a count; a message stays
-    far below the API's 32 KiB limit on a condition message even for a GPU with 18 bad links."""
-    shown = "; ".join(f"{node}: {_first(h.degraded if grey else h.problems)}" for node, h in items[:MAX_NAMED])
+    """Five nodes with their problems (one per component: all of them) or findings (three each),
+    then a count; a message stays far below the API's 32 KiB limit on a condition message even for
+    a node whose GPUs have 18 bad links each."""
+    shown = "; ".join(f"{node}: {_first(h.degraded) if grey else _first(h.problems, len(h.problems))}"
+                      for node, h in items[:MAX_NAMED])
     more = len(items) - MAX_NAMED
     return shown + (f"; and {more} more" if more > 0 else "")
 

@@ -12,12 +12,10 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controlplane.harness import ControlPlane
-from placement_live import Cluster, kwok_running, wait_for
+from placement_live import Cluster, wait_for
 from realparts import free_port
 
 from agent.adapters.kube import LEASES
@@ -27,14 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 LEASE = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5")
 GANG = 60  # 1-GPU pods: fits one 8 x 8-GPU leaf, not two half leaves under the hard tier-1 limit
 HARD_LEAF = {"volcano.sh/network-topology-mode": "hard", "volcano.sh/network-topology-highest-tier": "1"}
-
-
-@pytest.fixture
-def cluster(apiserver: ControlPlane, unique: str) -> Iterator[Cluster]:
-    with kwok_running(apiserver):
-        c = Cluster(apiserver, unique)
-        yield c
-        c.cleanup()
 
 
 class SchedulerProcess:

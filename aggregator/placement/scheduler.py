@@ -89,6 +89,7 @@ class Scheduler:
         self.faults = FaultTracker(options.unknown_grace_seconds)
         self.degraded = degraded.DegradedTracker(options.degraded_restart_seconds)
         self._degraded_nodes: frozenset[str] = frozenset()  # for the placement preference
+        self._marked: dict[str, str] = {}  # nodes annotated degraded -> since (for restart-pods-on-degraded)
         self.events = EventRecorder(api, options.scheduler_name, repeat_seconds=options.event_repeat_seconds, clock=clock)
         self.binder = Binder(api, lambda outcome: self._queue.put(("bound", outcome)), workers=options.bind_workers)
         self.evictions = EvictionQueue(api, lambda ev, outcome, detail: self._queue.put(("evicted", (ev, outcome, detail))),
@@ -206,13 +207,14 @@ class Scheduler:
             self._topology = topology.build(self.state.hypernodes.values(), topology.node_labels_of(self.state.nodes.values()))
             self._filter_cache.clear()
             self._degraded_nodes = frozenset(degraded.degraded_nodes(self.state.nodes, self.state.hypernodes, self._topology))
+            self._marked = degraded.marked_nodes(self.state.nodes)
             # The cluster view is large and long-lived: keep the cyclic GC from rescanning it in the
             # middle of decisions (a full collection over 10,000 nodes' objects took ~40 ms, the
             # whole p99 of a decision). Frozen objects are still freed by reference counting.
             gc.freeze()
         failed_domains = self.faults.failed_domains(self.state.hypernodes, now)
-        waiting = self.faults.unknown_since or self.degraded.next_due(now) is not None
-        if self._scheduled_gen == self.state.generation and now < self._next_resync and not waiting:
+        self._degraded_faults(now)  # every cycle, cheap: the few marked nodes; a pod is offered once
+        if self._scheduled_gen == self.state.generation and now < self._next_resync and not self.faults.unknown_since:
             return
         self._fabric_faults(failed_domains, now)
         if not self.options.remediate_only:
@@ -226,7 +228,6 @@ class Scheduler:
 
     # -- fault-driven rescheduling ------------------------------------------------------------
     def _fabric_faults(self, failed_domains: Mapping[str, str], now: float) -> None:
-        self._degraded_faults(now)
         failed = rescheduler.failed_nodes(self.state, self._topology, failed_domains)
         if failed != self._failed_nodes:
             log.info("fabric-failed nodes: %s", sorted(failed) or "none")
@@ -245,7 +246,7 @@ class Scheduler:
 
     def _degraded_faults(self, now: float) -> None:
         """restart-pods-on-degraded: pods on nodes degraded for long enough (degraded.py)."""
-        due = self.degraded.due(degraded.marked_nodes(self.state.nodes), now)
+        due = self.degraded.due(self._marked, now)
         if not due:
             return
         for eviction in degraded.plan(podgroups.gangs_on_nodes(self.state, set(due)), due):

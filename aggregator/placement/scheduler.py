@@ -386,7 +386,8 @@ class Scheduler:
 # -- command line -----------------------------------------------------------------------------
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     d = Options()
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    parser.add_argument("--kubeconfig",
+                        help="kubeconfig file (default: in-cluster service account, else $KUBECONFIG, ~/.kube/config)")
     parser.add_argument("--scheduler-name", default=d.scheduler_name, help="schedule pods whose spec.schedulerName is this")
     parser.add_argument("--listen", default=":9732", help="HOST:PORT for /metrics and /healthz (default :9732)")
     parser.add_argument("--node-selector", default="", help="label selector of the nodes this scheduler may use")

@@ -27,7 +27,7 @@ def test_volcano_and_hypertopo_place_the_same_gangs_within_the_tier_limit() -> N
                 results[which] = [bench.gang(which, name, 4, 1, PLACE_TIMEOUT),
                                   bench.gang(which, name, 20, 2, PLACE_TIMEOUT),
                                   bench.gang(which, name, 20, 1, UNPLACEABLE_WINDOW)]
-    for which, (small, wide, too_wide) in results.items():
+    for small, wide, too_wide in results.values():
         print("\n".join([describe(small, PLACE_TIMEOUT), describe(wide, PLACE_TIMEOUT),
                          describe(too_wide, UNPLACEABLE_WINDOW)]))
         assert small.placed and small.bound == 4 and not small.violation, describe(small, PLACE_TIMEOUT)

@@ -31,6 +31,7 @@ from agent.collect import (
     describe,
     failed_components,
 )
+from agent.command_line import EXIT_INPUT, InputError, add_common_arguments, one_line, setup_logging
 from agent.report import NodeReport, node_topology_object
 
 log = logging.getLogger("hypertopo-agent")
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="least severe log level written to stderr (default info)",
     )
+    add_common_arguments(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{probe,run}")
     probe = sub.add_parser(
         "probe",
@@ -248,8 +250,8 @@ def _model_report(args: argparse.Namespace) -> NodeReport:
         raise UsageError("--model needs --node NAME")
     try:
         model = load_model(str(args.model))
-    except ModelError as exc:
-        raise UsageError(str(exc)) from exc
+    except ModelError as exc:  # a file that cannot be used: input, exit 1
+        raise InputError("", str(exc)) from exc  # its message names the file
     if args.node not in model.nodes():
         raise UsageError(f"node {args.node!r} is not in model {args.model}")
     from agent.model_probe import report_for
@@ -334,14 +336,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(args.log_level, args.log_format)
     try:
         result: int = {"probe": cmd_probe, "run": cmd_run}[args.command](args)
     except UsageError as exc:
         sys.stderr.write(f"hypertopo-agent: error: {exc}\n")
         return EXIT_USAGE
+    except InputError as exc:
+        sys.stderr.write(f"hypertopo-agent: error: {one_line(str(exc), width=600)}\n")
+        return EXIT_INPUT
     return result

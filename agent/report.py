@@ -296,37 +296,70 @@ def _type_hints(cls: type) -> dict[str, Any]:
     return get_type_hints(cls)
 
 
-def _from_wire(cls: Any, data: Any) -> Any:
+class WireError(ValueError):
+    """A NodeTopology spec field of the wrong shape, named by its path (`spec.rdma[0].ports`), so a
+    bad report is refused in one line instead of failing later, deep in the aggregator."""
+
+
+_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _primitive(cls: type, data: Any, path: str) -> Any:
+    if cls is float and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    if cls in _KINDS and (not isinstance(data, cls) or (cls is not bool and isinstance(data, bool))):
+        raise WireError(f"{path}: expected {_KINDS[cls]}, got {type(data).__name__} {str(data)[:40]!r}")
+    return data
+
+
+def _dataclass_from_wire(cls: Any, data: Any, path: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise WireError(f"{path}: expected an object, got {type(data).__name__}")
+    hints = _type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        key = _camel(f.name)
+        if f.metadata.get("metric_only"):
+            continue
+        if key not in data:
+            optional = type(None) in get_args(hints[f.name])
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                if not optional:
+                    raise WireError(f"{path}.{key}: missing")
+                kwargs[f.name] = None  # required but optional (Interface.mac): None was omitted
+            continue
+        kwargs[f.name] = _from_wire(hints[f.name], data[key], f"{path}.{key}")
+    return cls(**kwargs)
+
+
+def _from_wire(cls: Any, data: Any, path: str = "spec") -> Any:
     origin = get_origin(cls)
     if origin is None and isinstance(cls, type):
         if dataclasses.is_dataclass(cls):
-            hints = _type_hints(cls)
-            kwargs: dict[str, Any] = {}
-            for f in dataclasses.fields(cls):
-                key = _camel(f.name)
-                if f.metadata.get("metric_only"):
-                    continue
-                if key not in data:
-                    if f.default is dataclasses.MISSING and type(None) in get_args(hints[f.name]):
-                        kwargs[f.name] = None  # required but optional (Interface.mac): None was omitted
-                    continue
-                kwargs[f.name] = _from_wire(hints[f.name], data[key])
-            return cls(**kwargs)
+            return _dataclass_from_wire(cls, data, path)
         if issubclass(cls, enum.Enum):
-            return cls(data)
-        if cls is float and isinstance(data, int):
-            return float(data)
-        return data
+            try:
+                return cls(data)
+            except (ValueError, TypeError):
+                known = ", ".join(str(m.value) for m in cls)
+                raise WireError(f"{path}: {str(data)[:40]!r} is not one of {known}") from None
+        return _primitive(cls, data, path)
     args = get_args(cls)
     if origin is tuple:
-        return tuple(_from_wire(args[0], v) for v in data)
+        if not isinstance(data, (list, tuple)):
+            raise WireError(f"{path}: expected a list, got {type(data).__name__}")
+        return tuple(_from_wire(args[0], v, f"{path}[{i}]") for i, v in enumerate(data))
     if origin in (Mapping, dict) or str(origin).endswith("Mapping"):
-        return {k: _from_wire(args[1], v) for k, v in data.items()}
+        if not isinstance(data, Mapping):
+            raise WireError(f"{path}: expected a map, got {type(data).__name__}")
+        return {
+            _from_wire(args[0], k, f"{path} key"): _from_wire(args[1], v, f"{path}.{k}") for k, v in data.items()
+        }
     # Optional[X] / X | None
     non_none = [a for a in args if a is not type(None)]
     if data is None:
         return None
-    return _from_wire(non_none[0], data)
+    return _from_wire(non_none[0], data, path)
 
 
 def report_from_spec(spec: Mapping[str, Any]) -> NodeReport:

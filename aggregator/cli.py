@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,7 +21,6 @@ from typing import Any
 import yaml
 
 from agent import yaml_codec
-from agent.cluster_model import ModelError, load_model
 from agent.command_line import (
     EXIT_INPUT,
     EXIT_USAGE,
@@ -34,11 +32,10 @@ from agent.command_line import (
     summarise,
 )
 from agent.report import KIND, NodeReport
-from aggregator.feed import StaticSources
 from aggregator.pipeline import ClusterInputs, Pipeline
+from aggregator.registry import add_source_arguments, load_sources
 from aggregator.render import as_list
-from aggregator.sources import ibnetdiscover, labels, nodetopology, switch_lldp
-
+from aggregator.sources import OptionError, SourceError, nodetopology
 
 log = logging.getLogger("hypertopo-aggregator")
 PROG = "hypertopo-aggregator"
@@ -51,7 +48,7 @@ def _documents(path: Path) -> Iterator[dict[str, Any]]:
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise InputError(path, f"cannot read: {one_line(str(exc), width=200)}") from exc
     for doc in docs:
-        if isinstance(doc, dict) and doc.get("kind", "").endswith("List"):
+        if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List"):
             yield from (item for item in doc.get("items") or [] if isinstance(item, dict))
         elif isinstance(doc, dict):
             yield doc
@@ -149,80 +146,26 @@ def load_node_labels(paths: Sequence[str]) -> dict[str, dict[str, str]]:
     return node_labels
 
 
-def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
-    """The fabric options `render` and `run` share (same names, meanings and help): dumps, how
-    their hosts meet node names, and which NICs are fabric NICs. Read by `static_sources`."""
-    parser.add_argument(
-        "--ibnetdiscover",
-        nargs="+",
-        metavar="FILE",
-        help="`ibnetdiscover` dumps (topology or `-s -p` port format): switch links, HCAs; one per "
-        "subnet where each rail or plane is a fabric of its own",
-    )
-    parser.add_argument(
-        "--strip-domain",
-        nargs="?",
-        const=".",
-        metavar="SUFFIX",
-        help="match dump hosts and node names without their DNS domain: SUFFIX, or (without one) "
-        "everything from the first dot",
-    )
-    parser.add_argument(
-        "--dump-host-regex",
-        metavar="REGEX",
-        help="read the host name out of an HCA's node description with this regular expression (its "
-        "group `node`, else its first group; default: the first word before mlx5_0, HCA-1, ...)",
-    )
-    parser.add_argument(
-        "--fabric-interfaces",
-        metavar="REGEX",
-        help="interfaces whose LLDP neighbours are fabric cabling (default: those carrying an RDMA "
-        "device; every interface of a report without one)",
-    )
-
-
-def static_sources(args: argparse.Namespace) -> StaticSources:
-    """The inputs read once from files and options (`add_fabric_arguments`, plus --switch-lldp,
-    --model and --label-levels), for `render` and `run`. Raises the sources' own errors (with file
-    and line) for unusable files and InputError for a bad regular expression."""
-    dumps = [ibnetdiscover.parse_file(path) for path in args.ibnetdiscover or []]
-    return StaticSources(
-        fabric=ibnetdiscover.merge(dumps) if dumps else None,
-        switch_tables=tuple(switch_lldp.load_files(args.switch_lldp or [])),
-        model=load_model(args.model) if args.model else None,
-        label_levels=labels.parse_levels(args.label_levels) if args.label_levels else (),
-        fabric_interfaces=_pattern(args.fabric_interfaces, "--fabric-interfaces"),
-        host_names=ibnetdiscover.HostNames(
-            pattern=_pattern(args.dump_host_regex, "--dump-host-regex"), domain=args.strip_domain
-        ),
-    )
-
-
 def _inputs(args: argparse.Namespace) -> ClusterInputs:
     reports = load_reports(args.reports or [], strict=args.strict)
     nodes = load_nodes(args.nodes or [])
-    static = static_sources(args)
+    sources = load_sources(args, live=False)
     node_labels = load_node_labels(args.node_labels or [])
-    return static.inputs(
-        reports, node_ready=nodes, node_labels=node_labels, include_fabric_hosts=not reports and not nodes
+    return ClusterInputs(
+        reports,
+        node_ready=nodes,
+        node_labels=node_labels,
+        include_fabric_hosts=not reports and not nodes,
+        sources=sources,
     )
 
 
-def _pattern(text: str | None, option: str) -> str | None:
-    if text is not None:
-        try:
-            re.compile(text)
-        except re.error as exc:
-            raise UsageError(f"{option} {text!r}: not a regular expression: {exc}") from exc
-    return text
-
-
-INPUT_ERRORS = (InputError, ibnetdiscover.IbnetdiscoverError, switch_lldp.SwitchLldpError, ModelError, OSError)
+INPUT_ERRORS = (InputError, SourceError, OSError)  # a file that cannot be used
 
 
 def exit_code_of(exc: BaseException) -> int:
     """2 for usage (an option's value), 1 for input (a file); the controller's `run` uses it too."""
-    return EXIT_USAGE if isinstance(exc, (UsageError, labels.LabelLevelsError)) else EXIT_INPUT
+    return EXIT_USAGE if isinstance(exc, (UsageError, OptionError)) else EXIT_INPUT
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -277,20 +220,7 @@ def _add_render(sub: Any) -> None:
         help="Node objects (`kubectl get nodes -o yaml`): the cluster's nodes, for a cluster without "
         "agents (dump hosts are then matched to these names)",
     )
-    add_fabric_arguments(render)
-    render.add_argument(
-        "--switch-lldp",
-        nargs="+",
-        metavar="FILE",
-        help="`lldpcli -f json0 show neighbors` output of switches, one file per switch "
-        "(named after the switch unless it holds a local-chassis section)",
-    )
-    render.add_argument("--model", metavar="FILE", help="a cluster model file (switch tree + node blocks)")
-    render.add_argument(
-        "--label-levels",
-        metavar="KEYS",
-        help="comma-separated node label keys, broadest first (with --node-labels)",
-    )
+    add_source_arguments(render, live=False)  # aggregator.registry: every source's options
     render.add_argument(
         "--node-labels",
         nargs="+",
@@ -348,8 +278,19 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     add_common_arguments(top)
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_render(sub)
-    _add_run(sub, wanted="run" in argv[:1])
+    _add_run(sub, wanted=_command_of(argv) == "run")
     return top
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand word, past top-level options (`--log-format json run`)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-format":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -359,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging("INFO", args.log_format)
     try:
         result: int = args.func(args)
-    except (UsageError, labels.LabelLevelsError, *INPUT_ERRORS) as exc:
+    except (UsageError, OptionError, *INPUT_ERRORS) as exc:
         print(f"{PROG} {args.command}: {one_line(str(exc), width=600)}", file=sys.stderr)
         return exit_code_of(exc)
     return result

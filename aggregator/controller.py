@@ -17,10 +17,13 @@ Such reports are also deleted: agents set their Node as owner, so the garbage co
 them, and the leader sweeps up the rest (written before owners were set, or where no garbage
 collector runs) every `report_gc_period`, after a direct read has confirmed the Node is gone.
 
-The fabric options are `render`'s (aggregator.cli.add_fabric_arguments): several ibnetdiscover
-dumps (one per rail or plane), how their hosts meet Node names, which NICs are fabric NICs. What
-the pipeline could not place (dump hosts matching no Node, Nodes matching no dump host) is logged
-when it changes, not on every reconcile.
+The fabric sources and their options are `render`'s (the list aggregator.registry.SOURCES):
+ibnetdiscover dumps (one per rail or plane), how their hosts meet Node names, which NICs are
+fabric NICs, switch LLDP tables, a model, label levels, and live sources that poll a server on a
+period of their own (their pollers run as worker threads beside reconcile, and every cycle takes
+their latest good facts). What the pipeline could not place (dump hosts matching no Node, Nodes
+matching no dump host) and which sources serve stale facts are logged when they change, not on
+every reconcile.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,7 +43,9 @@ from aggregator.adapters import kube as kubeapi
 from aggregator.metrics import AggregatorMetrics
 from aggregator.node_marks import LABEL_MANAGER, NodeMarker
 from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
+from aggregator.registry import add_source_arguments, load_sources
 from aggregator.service import Service, add_election_arguments, elector_from
+from aggregator.sources import Source
 
 log = logging.getLogger(__name__)
 
@@ -340,8 +345,6 @@ class Controller:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    from aggregator.cli import add_fabric_arguments  # `render`'s, shared
-
     add = parser.add_argument
     add("--kubeconfig", help="kubeconfig file (default: in-cluster service account, else $KUBECONFIG)")
     add("--namespace", default=os.environ.get("POD_NAMESPACE", "hypertopo-system"), help="namespace of the Lease")
@@ -353,10 +356,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_election_arguments(parser, lease_name="hypertopo-aggregator")  # --identity, --lease-*, ...
     add("--agent-selector", default=DEFAULT_AGENT_SELECTOR,
         help="label selector of the agent pods (empty: agent liveness not tracked)")
-    add_fabric_arguments(parser)  # --ibnetdiscover FILE..., --strip-domain, --dump-host-regex, --fabric-interfaces
-    add("--switch-lldp", metavar="FILE", nargs="+", default=[], help="lldpcli json0 tables from switches")
-    add("--model", metavar="FILE", help="cluster model file (switch tree and node blocks)")
-    add("--label-levels", metavar="KEYS", help="comma-separated node label keys, broadest first (as Kueue Topology levels)")
+    add_source_arguments(parser, live=True)  # aggregator.registry: every source's options, as `render`'s
     add("--ready-threshold", type=float, default=0.0, help="unhealthy members a HyperNode tolerates")
     add(
         "--degraded-threshold",
@@ -392,9 +392,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def pipeline_compute(args: argparse.Namespace) -> Compute:
-    """The pure pipeline (aggregator.pipeline) fed with the live view plus the static sources."""
-    from aggregator.cli import static_sources  # as `render` reads its files and options
+def pipeline_compute(args: argparse.Namespace, sources: Sequence[Source] | None = None) -> Compute:
+    """The pure pipeline (aggregator.pipeline) fed with the live view plus the sources (loaded from
+    the options, as `render` loads them, unless given)."""
     from aggregator.feed import PipelineFeed
     from aggregator.pipeline import Pipeline
 
@@ -403,7 +403,9 @@ def pipeline_compute(args: argparse.Namespace) -> Compute:
         hold_down_seconds=args.hold_down,
         degraded_threshold=args.degraded_threshold,
     )
-    feed = PipelineFeed(pipeline, static_sources(args), resync=args.resync)
+    if sources is None:
+        sources = load_sources(args, live=True)
+    feed = PipelineFeed(pipeline, sources, resync=args.resync)
 
     def compute(view: ClusterView, now: float) -> DesiredState:
         return feed.compute(view.topologies, view.nodes, view.agent_ready, now)
@@ -421,10 +423,13 @@ def run(args: argparse.Namespace) -> int:
     """Runs the controller until SIGTERM/SIGINT; releases the lease on the way out; returns 0."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        compute = pipeline_compute(args)
+        sources = load_sources(args, live=True)
+        compute = pipeline_compute(args, sources)
     except (OSError, ValueError) as exc:  # the sources' errors name the file and line
+        from aggregator.cli import exit_code_of  # 1: a file, 2: an option's value
+
         log.error("hypertopo-aggregator run: %s", exc)
-        return 2
+        return exit_code_of(exc)
     metrics = AggregatorMetrics()
     try:
         kube = kubeapi.connect(args.kubeconfig, on_write=metrics.count_write)
@@ -453,7 +458,9 @@ def run(args: argparse.Namespace) -> int:
 
     server = serve(metrics.registry, args.listen, {"/healthz": healthy, "/readyz": controller.synced})
     controller.start()
-    service = Service([("reconcile", controller.run)], elector, on_stop=controller.changed.set,
+    wake = controller.changed.set  # a live source's new facts reconcile at once
+    pollers = [w for source in sources for w in source.workers(registry=metrics.registry, wake=wake)]
+    service = Service([("reconcile", controller.run), *pollers], elector, on_stop=controller.changed.set,
                       cleanup=(controller.stop, server.shutdown))
     return service.run()
 

@@ -116,7 +116,6 @@ def test_probe_model_prints_the_report_a_modelled_node_would_publish(tmp_path: P
         (["probe", "--model", "MODEL", "--node", "nobody"], "is not in model"),
         (["probe", "--model", "MODEL"], "--model needs --node"),
         (["probe", "--node", "gb1"], "--node is only used with --model"),
-        (["probe", "--model", "/nonexistent/model.yaml", "--node", "gb1"], "cannot read model"),
     ],
 )
 def test_model_usage_errors_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -126,6 +125,22 @@ def test_model_usage_errors_exit_2_with_one_line(tmp_path: Path, args: list[str]
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read model"), ("switches: [1, 2\n", "is not valid YAML"), ("switches: 7\n", "model.yaml")],
+)
+def test_a_model_file_that_cannot_be_used_exits_1_with_one_line(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    model = tmp_path / "model.yaml"
+    if content is not None:
+        model.write_text(content)
+    proc = agent("probe", "--model", str(model), "--node", "gb1")
+    assert proc.returncode == 1, proc.stderr  # input, not usage (issue 13)
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
 @pytest.mark.parametrize(

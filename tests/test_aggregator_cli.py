@@ -65,11 +65,11 @@ def test_render_from_the_model_alone_prints_yaml() -> None:
     assert names == sorted(names) and "core-core1" in names
 
 
-def test_a_malformed_dump_is_reported_with_its_line_and_exit_code_2(tmp_path: Path) -> None:
+def test_a_malformed_dump_is_reported_with_its_line_and_exit_code_1(tmp_path: Path) -> None:
     dump = tmp_path / "broken.topo"
     dump.write_text("vendid=0x2c9\nthis is not ibnetdiscover\n")
     proc = _aggregator("render", "--ibnetdiscover", str(dump))
-    assert proc.returncode == 2
+    assert proc.returncode == 1  # input, not usage (issue 13)
     assert "line 2" in proc.stderr and "broken.topo" in proc.stderr
 
 
@@ -100,7 +100,7 @@ def test_run_has_the_fabric_options_of_render_with_the_same_help() -> None:
     assert "--ibnetdiscover FILE [FILE ...]" in run.stdout and "--strip-domain [SUFFIX]" in run.stdout
 
 
-def test_run_refuses_bad_fabric_options_with_exit_code_2_before_connecting(tmp_path: Path) -> None:
+def test_run_refuses_bad_fabric_options_with_exit_code_2_and_bad_dumps_with_1_before_connecting(tmp_path: Path) -> None:
     dump = tmp_path / "fabric.topo"
     dump.write_text(ibnetdiscover_dump(MODEL))
     broken = tmp_path / "rail2.topo"
@@ -111,4 +111,4 @@ def test_run_refuses_bad_fabric_options_with_exit_code_2_before_connecting(tmp_p
     nics = _aggregator("run", *unreachable, "--fabric-interfaces", "[ib")
     assert nics.returncode == 2 and "--fabric-interfaces '[ib'" in nics.stderr
     second = _aggregator("run", *unreachable, "--ibnetdiscover", str(dump), str(broken))
-    assert second.returncode == 2 and "rail2.topo" in second.stderr and "line 2" in second.stderr
+    assert second.returncode == 1 and "rail2.topo" in second.stderr and "line 2" in second.stderr

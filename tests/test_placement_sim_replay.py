@@ -144,5 +144,5 @@ def test_cli_simulate_job_file_and_errors(tmp_path: Path, capsys: pytest.Capture
     jobs.write_text(json.dumps([{"name": "j", "pods": 2, "gpus_per_pod": 4, "duration": 10}]))
     assert main(["simulate", "--model", str(model), "--jobs", str(jobs), "--policy", "first-fit"]) == 0
     assert json.loads(capsys.readouterr().out)["completed"] == 1
-    assert main(["simulate", "--model", str(tmp_path / "absent.yaml"), "--synthetic", "5"]) == 2
+    assert main(["simulate", "--model", str(tmp_path / "absent.yaml"), "--synthetic", "5"]) == 1  # input (issue 13)
     assert "cannot read model" in capsys.readouterr().err

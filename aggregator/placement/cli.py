@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from agent.cluster_model import ModelError, load_model
+from agent.command_line import EXIT_INPUT, add_common_arguments, one_line, setup_logging
 from aggregator.placement.model_hypernodes import hypernodes_from_model
 from aggregator.placement.policies import POLICIES, policy
 from aggregator.placement.simulate import Simulation, node_capacity
@@ -39,6 +40,7 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument("--policy", default="hypertopo", choices=sorted(POLICIES), help="placement policy")
     sim.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace (default 0)")
     sim.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of every modelled node (default 8)")
+    add_common_arguments(sim, top=False)
     sim.set_defaults(handler=_simulate)
 
 
@@ -48,9 +50,9 @@ def _simulate(args: argparse.Namespace) -> int:
         nodes = model.nodes()
         trace = load_trace(args.jobs) if args.jobs else synthetic(
             nodes, args.synthetic, seed=args.seed, gpus_per_node=args.gpus_per_node)
-    except (ModelError, TraceError) as exc:
-        print(f"hypertopo-scheduler simulate: {exc}", file=sys.stderr)
-        return 2
+    except (ModelError, TraceError) as exc:  # a file that cannot be used: input, exit 1
+        print(f"hypertopo-scheduler simulate: {one_line(str(exc), width=600)}", file=sys.stderr)
+        return EXIT_INPUT
     topology = build(hypernodes_from_model(model))
     simulation = Simulation(topology, node_capacity(nodes, args.gpus_per_node), trace, policy(args.policy))
     result = {"policy": args.policy, "model": args.model, "nodes": len(nodes),
@@ -71,6 +73,7 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser], load: boo
         run.set_defaults(handler=lambda _args: _missing_run(reason))
         return
     scheduler.add_run_arguments(run)
+    add_common_arguments(run, top=False)
     run.set_defaults(handler=scheduler.run)
 
 
@@ -82,6 +85,7 @@ def _missing_run(reason: str) -> int:
 def parser(*, load_run: bool = True) -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="hypertopo-scheduler",
                                   description="Gang, topology-aware placement on Volcano HyperNodes.")
+    add_common_arguments(top)
     sub = top.add_subparsers(dest="command", required=True, metavar="{run,simulate}")
     _add_run(sub, load_run)
     _add_simulate(sub)
@@ -90,7 +94,8 @@ def parser(*, load_run: bool = True) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser(load_run=bool(argv) and argv[0] == "run").parse_args(argv)
+    args = parser(load_run="run" in argv).parse_args(argv)
+    setup_logging(getattr(args, "log_level", "info"), args.log_format)  # before run's basicConfig
     code: int = args.handler(args)
     return code
 

@@ -11,14 +11,15 @@ resourceVersion, so an unchanged NodeTopology is never parsed twice.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.report import NodeReport
-from aggregator.pipeline import ClusterInputs, Desired, Pipeline
-from aggregator.sources import ibnetdiscover, nodetopology, switch_lldp
+from aggregator.pipeline import ClusterInputs, Desired, Pipeline, sources_of
+from aggregator.sources import Source, nodetopology
 
 log = logging.getLogger(__name__)
 
@@ -26,42 +27,9 @@ Obj = dict[str, Any]
 FULL_REBUILD_ABOVE = 64  # changes in one cycle beyond which a rebuild is cheaper than fast paths
 
 
-@dataclass(frozen=True)
-class StaticSources:
-    """Inputs read once from files and options at start-up (fabric dumps, switch tables, model,
-    label levels, and how dump hosts and fabric NICs are recognised); the command line builds them
-    (aggregator.cli.static_sources) for `render` and `run` alike."""
-
-    fabric: ibnetdiscover.Fabric | None = None  # the dumps, merged (one per rail or plane)
-    switch_tables: tuple[switch_lldp.SwitchTable, ...] = ()
-    model: Any = None
-    label_levels: tuple[str, ...] = ()
-    fabric_interfaces: str | None = None  # regex of the fabric NICs; None: those with RDMA devices
-    host_names: ibnetdiscover.HostNames = field(default_factory=ibnetdiscover.HostNames)
-
-    def inputs(
-        self,
-        reports: Mapping[str, NodeReport],
-        *,
-        node_ready: Mapping[str, bool],
-        node_labels: Mapping[str, Mapping[str, str]],
-        agent_ready: Mapping[str, bool] | None = None,
-        include_fabric_hosts: bool = False,
-    ) -> ClusterInputs:
-        """The pipeline's inputs: these static sources plus what is known of the nodes."""
-        return ClusterInputs(
-            reports=reports,
-            node_ready=node_ready,
-            node_labels=node_labels,
-            agent_ready=agent_ready,
-            fabric=self.fabric,
-            switch_tables=self.switch_tables,
-            label_levels=self.label_levels,
-            model=self.model,
-            include_fabric_hosts=include_fabric_hosts,
-            fabric_interfaces=self.fabric_interfaces,
-            host_names=self.host_names,
-        )
+def StaticSources(**shorthand: Any) -> tuple[Source, ...]:  # a function: kept for its callers
+    """The built-in sources from parsed inputs (`fabric=`, `model=`, ...; pipeline.sources_of)."""
+    return sources_of(**shorthand)
 
 
 def node_readiness(nodes: Mapping[str, Obj]) -> dict[str, bool]:
@@ -87,9 +55,11 @@ class _Fed:
 
 
 class PipelineFeed:
-    def __init__(self, pipeline: Pipeline, static: StaticSources, *, resync: float = 300.0):
+    def __init__(self, pipeline: Pipeline, sources: Sequence[Source], *, resync: float = 300.0):
         self.pipeline = pipeline
-        self.static = static
+        self.sources = tuple(sources)  # in graph-build order (aggregator.registry)
+        self._labels_matter = any(s.node_labels_matter for s in self.sources)
+        self._stale: tuple[str, ...] = ()
         self.resync = resync
         self.full_rebuilds = 0
         self._parsed: dict[str, tuple[str, NodeReport]] = {}
@@ -100,7 +70,8 @@ class PipelineFeed:
     def reports(self, topologies: Mapping[str, Obj]) -> dict[str, NodeReport]:
         out: dict[str, NodeReport] = {}
         for name, obj in topologies.items():
-            version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            metadata = obj.get("metadata")
+            version = str(metadata.get("resourceVersion", "")) if isinstance(metadata, dict) else ""
             cached = self._parsed.get(name)
             if cached is not None and cached[0] == version and version:
                 out[name] = cached[1]
@@ -126,19 +97,36 @@ class PipelineFeed:
         fed = _Fed(self.reports(topologies), node_readiness(nodes), None, node_label_map(nodes))
         fed.agent_ready = None if agent_ready is None else dict(agent_ready)
         last, before = self._last, self._fed
-        if last is None or before is None or now - self._built_at >= self.resync or self._needs_rebuild(before, fed):
+        refreshed = self._refresh_sources(now)  # every source, every cycle: cheap generation checks
+        if (
+            refreshed
+            or last is None
+            or before is None
+            or now - self._built_at >= self.resync
+            or self._needs_rebuild(before, fed)
+        ):
             desired = self._rebuild(fed, now)
         else:
             desired = self._fast(before, fed, now)
             if desired.next_deadline is not None and desired.next_deadline <= now:
                 desired = self.pipeline.refresh(now)
         self._fed, self._last = fed, desired
+        if self._stale:
+            desired = dataclasses.replace(desired, warnings=(*desired.warnings, *self._stale))
         return desired
+
+    def _refresh_sources(self, now: float) -> bool:
+        """Live sources take their latest good facts (True: some changed); stale ones are noted."""
+        changed = False
+        for source in self.sources:
+            changed = source.refresh(now) or changed
+        self._stale = tuple(f"source {s.name}: {why}" for s in self.sources for why in [s.stale()] if why)
+        return changed
 
     def _needs_rebuild(self, before: _Fed, now: _Fed) -> bool:
         if (before.agent_ready is None) != (now.agent_ready is None):
             return True
-        if self.static.label_levels and before.node_labels != now.node_labels:
+        if self._labels_matter and before.node_labels != now.node_labels:
             return True
         if before.node_ready.keys() != now.node_ready.keys():
             return True  # a Node joined or left: membership may move
@@ -147,8 +135,12 @@ class PipelineFeed:
     def _rebuild(self, fed: _Fed, now: float) -> Desired:
         self.full_rebuilds += 1
         self._built_at = now
-        inputs = self.static.inputs(
-            fed.reports, node_ready=fed.node_ready, node_labels=fed.node_labels, agent_ready=fed.agent_ready
+        inputs = ClusterInputs(
+            reports=fed.reports,
+            node_ready=fed.node_ready,
+            node_labels=fed.node_labels,
+            agent_ready=fed.agent_ready,
+            sources=self.sources,
         )
         return self.pipeline.compute(inputs, now)
 

@@ -37,9 +37,12 @@ from aggregator.health import (
     member_health,
     with_fabric_faults,
 )
-from aggregator.sources import ibnetdiscover, labels, model, nodetopology, switch_lldp
-from aggregator.sources.ibnetdiscover import Fabric, HostNames
-from aggregator.sources.switch_lldp import SwitchTable
+from aggregator.sources import Source
+from aggregator.sources.ibnetdiscover import Dumps, Fabric, HostNames
+from aggregator.sources.labels import LabelLevels
+from aggregator.sources.model import ModelFile
+from aggregator.sources.nodetopology import NodeReports
+from aggregator.sources.switch_lldp import SwitchTable, SwitchTables
 from aggregator.tiers import DomainTree, infer
 
 NODE_LABEL_PREFIX = "hypertopo.io/"
@@ -48,6 +51,10 @@ CABLING = "Cabling"  # member health cause: a node lacks cables its leaf domain'
 
 @dataclass(frozen=True)
 class ClusterInputs:
+    """The cluster (reports, Nodes, agents, labels) and the fabric sources, in graph-build order
+    (aggregator.registry). The keyword fields `fabric` ... `host_names` are a shorthand for the
+    built-in sources (tests, benchmarks, the simulator); `sources` and the shorthand do not mix."""
+
     reports: Mapping[str, NodeReport]  # NodeTopology reports by node name
     node_ready: Mapping[str, bool] = field(default_factory=dict)  # Nodes known to the API: Ready?
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -61,6 +68,51 @@ class ClusterInputs:
     # (sources.nodetopology)
     fabric_interfaces: str | None = None
     host_names: HostNames = field(default_factory=HostNames)  # dump hosts -> node names
+    sources: Sequence[Source] = ()  # loaded sources (aggregator.registry.load_sources)
+
+    def __post_init__(self) -> None:
+        shorthand = (self.fabric, self.switch_tables, self.label_levels, self.model, self.fabric_interfaces)
+        if self.sources and (any(shorthand) or self.host_names != HostNames()):
+            raise ValueError("ClusterInputs: give either `sources` or the source shorthand fields, not both")
+
+    def all_sources(self) -> tuple[Source, ...]:
+        """The sources in graph-build order; node reports become facts even when none is named."""
+        if self.sources:
+            found = tuple(self.sources)
+        else:
+            found = sources_of(
+                fabric=self.fabric,
+                switch_tables=self.switch_tables,
+                label_levels=self.label_levels,
+                model=self.model,
+                fabric_interfaces=self.fabric_interfaces,
+                host_names=self.host_names,
+            )
+        if not any(isinstance(s, NodeReports) for s in found):
+            found = (NodeReports(), *found)
+        return found
+
+
+def sources_of(
+    *,
+    fabric: Fabric | None = None,
+    switch_tables: Sequence[SwitchTable] = (),
+    label_levels: Sequence[str] = (),
+    model: ClusterModel | None = None,
+    fabric_interfaces: str | None = None,
+    host_names: HostNames | None = None,
+) -> tuple[Source, ...]:
+    """The built-in sources from already parsed inputs (what aggregator.registry loads from options)."""
+    found: list[Source] = [NodeReports(fabric_interfaces)]
+    if model is not None:
+        found.append(ModelFile(model))
+    if fabric is not None:
+        found.append(Dumps(fabric, host_names))
+    if switch_tables:
+        found.append(SwitchTables(switch_tables))
+    if label_levels:
+        found.append(LabelLevels(tuple(label_levels)))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -76,22 +128,12 @@ class Desired:
 
 
 def build_graph(inputs: ClusterInputs) -> FabricGraph:
+    """Every node the cluster knows, then each source's facts in order (aggregator.sources)."""
     graph = FabricGraph()
     for node in (*inputs.reports, *inputs.node_ready, *inputs.node_labels):
         graph.add_node(node)
-    for report in inputs.reports.values():
-        nodetopology.apply(graph, report, inputs.fabric_interfaces)
-    if inputs.model is not None:
-        model.apply(graph, inputs.model, declare_nodes=not inputs.node_ready)
-    if inputs.fabric is not None:
-        warnings = ibnetdiscover.apply(graph, inputs.fabric, inputs.host_names)
-        graph.warnings.extend(f"ibnetdiscover: {w}" for w in warnings)
-        if inputs.include_fabric_hosts:
-            for host in graph.fabric_hosts():
-                graph.add_node(host)
-    switch_lldp.apply(graph, inputs.switch_tables)
-    if inputs.label_levels:
-        labels.apply(graph, tuple(inputs.label_levels), inputs.node_labels)
+    for source in inputs.all_sources():
+        source.apply(graph, inputs)
     return graph
 
 
@@ -155,7 +197,7 @@ class Pipeline:
             reports[node] = report
         self._inputs = dataclasses.replace(inputs, reports=reports)
         old = self._graph.facts.get(node)
-        new = nodetopology.facts_of(report, inputs.fabric_interfaces) if report is not None else None
+        new = self._reports_source().facts(report) if report is not None else None
         if node not in self._graph.nodes or old != new:
             return self.compute(self._inputs, now)
         return self._refresh_node(node, now)
@@ -176,6 +218,9 @@ class Pipeline:
         return self._refresh_node(node, now)
 
     # -- internals ------------------------------------------------------------------------------
+    def _reports_source(self) -> NodeReports:
+        return next(s for s in self._require_inputs().all_sources() if isinstance(s, NodeReports))
+
     def _require_inputs(self) -> ClusterInputs:
         if self._inputs is None:
             raise RuntimeError("call compute() once before the fast-path updates")

@@ -27,11 +27,13 @@ subnet manager) comes as several dumps: `merge` joins them (GUIDs are unique acr
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
+from aggregator.sources import Cluster, Source, regex_option
 
 
 class IbnetdiscoverError(ValueError):
@@ -357,3 +359,59 @@ def _unmatched(graph: FabricGraph, fabric: Fabric, hosts: HostNames, nodes: Mapp
             f"(e.g. {', '.join(lost_nodes[:3])})"
         )
     return warnings
+
+
+def host_names_from(options: argparse.Namespace) -> HostNames:
+    """`--strip-domain` and `--dump-host-regex` (added by `Dumps`; UFM reads them too)."""
+    pattern = regex_option(getattr(options, "dump_host_regex", None), "--dump-host-regex")
+    return HostNames(pattern=pattern, domain=getattr(options, "strip_domain", None))
+
+
+class Dumps(Source):
+    """ibnetdiscover dumps (one per rail or plane, merged) as a source."""
+
+    name = "ibnetdiscover"
+
+    def __init__(self, fabric: Fabric, host_names: HostNames | None = None) -> None:
+        self.fabric = fabric
+        self.host_names = host_names or HostNames()
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
+        add = parser.add_argument
+        add(
+            "--ibnetdiscover",
+            nargs="+",
+            metavar="FILE",
+            help="`ibnetdiscover` dumps (topology or `-s -p` port format): switch links, HCAs; one per "
+            "subnet where each rail or plane is a fabric of its own",
+        )
+        add(
+            "--strip-domain",
+            nargs="?",
+            const=".",
+            metavar="SUFFIX",
+            help="match dump hosts and node names without their DNS domain: SUFFIX, or (without one) "
+            "everything from the first dot",
+        )
+        add(
+            "--dump-host-regex",
+            metavar="REGEX",
+            help="read the host name out of an HCA's node description with this regular expression (its "
+            "group `node`, else its first group; default: the first word before mlx5_0, HCA-1, ...)",
+        )
+
+    @classmethod
+    def load(cls, options: argparse.Namespace, *, live: bool) -> Dumps | None:
+        hosts = host_names_from(options)  # checked even without dumps: a bad option is refused early
+        paths = getattr(options, "ibnetdiscover", None) or []
+        if not paths:
+            return None
+        return cls(merge(parse_file(path) for path in paths), hosts)
+
+    def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
+        warnings = apply(graph, self.fabric, self.host_names)
+        graph.warnings.extend(f"{self.name}: {w}" for w in warnings)
+        if cluster.include_fabric_hosts:
+            for host in graph.fabric_hosts():
+                graph.add_node(host)

@@ -9,13 +9,15 @@ domains above what the switch fabric shows (aggregator.tiers).
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 
 from aggregator.graph import FabricGraph
+from aggregator.sources import Cluster, OptionError, Source
 
 
-class LabelLevelsError(ValueError):
-    pass
+class LabelLevelsError(OptionError):
+    """`--label-levels` that cannot be used (a repeated key)."""
 
 
 def parse_levels(text: str) -> tuple[str, ...]:
@@ -31,3 +33,32 @@ def apply(graph: FabricGraph, levels: tuple[str, ...], labels: Mapping[str, Mapp
     graph.set_labels(
         levels, {node: node_labels for node, node_labels in labels.items() if node in graph.nodes}
     )
+
+
+class LabelLevels(Source):
+    """Node-label levels (`--label-levels`) as a source; the labels are the Nodes' (`run`) or a
+    file's (`render --node-labels`)."""
+
+    name = "labels"
+    node_labels_matter = True
+
+    def __init__(self, levels: tuple[str, ...]) -> None:
+        self.levels = levels
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
+        parser.add_argument(
+            "--label-levels",
+            metavar="KEYS",
+            help="comma-separated node label keys, broadest first (as Kueue Topology levels)"
+            + ("" if live else "; the labels come from --node-labels"),
+        )
+
+    @classmethod
+    def load(cls, options: argparse.Namespace, *, live: bool) -> LabelLevels | None:
+        text = getattr(options, "label_levels", None)
+        levels = parse_levels(text) if text else ()
+        return cls(levels) if levels else None
+
+    def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
+        apply(graph, self.levels, cluster.node_labels)

@@ -10,9 +10,12 @@ NVLink domain names are mapped to the clique IDs agents of that model report
 
 from __future__ import annotations
 
-from agent.cluster_model import ClusterModel
+import argparse
+
+from agent.cluster_model import ClusterModel, load_model
 from agent.model_probe import fabric_of
 from aggregator.graph import FabricGraph
+from aggregator.sources import Cluster, Source
 
 
 def apply(graph: FabricGraph, model: ClusterModel, *, declare_nodes: bool = True) -> None:
@@ -31,3 +34,25 @@ def apply(graph: FabricGraph, model: ClusterModel, *, declare_nodes: bool = True
         for node in block.nodes:
             if declare_nodes or node in graph.nodes:
                 graph.declare(node, block.switch, nvlink)
+
+
+class ModelFile(Source):
+    """A cluster model file (`--model`) as a source. Its node blocks declare nodes only where no
+    cluster is known (render without Nodes); with a cluster, only the cluster's nodes are placed."""
+
+    name = "model"
+
+    def __init__(self, model: ClusterModel) -> None:
+        self.model = model
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
+        parser.add_argument("--model", metavar="FILE", help="a cluster model file (switch tree + node blocks)")
+
+    @classmethod
+    def load(cls, options: argparse.Namespace, *, live: bool) -> ModelFile | None:
+        path = getattr(options, "model", None)
+        return cls(load_model(path)) if path else None
+
+    def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
+        apply(graph, self.model, declare_nodes=not cluster.node_ready)

@@ -19,6 +19,7 @@ one that announces none (some switches send no System Capabilities TLV) is given
 
 from __future__ import annotations
 
+import argparse
 import functools
 import re
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from typing import Any
 
 from agent.report import LldpNeighbour, NodeReport, report_from_spec
 from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
+from aggregator.sources import Cluster, Source, regex_option
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -110,6 +112,38 @@ def facts_of(report: NodeReport, fabric_pattern: str | None = None) -> NodeFacts
 def apply(graph: FabricGraph, report: NodeReport, fabric_pattern: str | None = None) -> None:
     """Replaces the node's facts in the graph by those of its (new) report."""
     graph.set_node_facts(report.node_name, facts_of(report, fabric_pattern))
+
+
+class NodeReports(Source):
+    """The agents' reports as a source: each node's cabling (LLDP on its fabric NICs), HCA GUIDs and
+    NVLink clique. The reports themselves are the cluster's (listed and watched by `run`, read from
+    files by `render`); this source says how they become facts (`--fabric-interfaces`)."""
+
+    name = "nodetopology"
+
+    def __init__(self, fabric_interfaces: str | None = None) -> None:
+        self.fabric_interfaces = fabric_interfaces  # regex of the fabric NICs; None: the RDMA-capable ones
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
+        parser.add_argument(
+            "--fabric-interfaces",
+            metavar="REGEX",
+            help="interfaces whose LLDP neighbours are fabric cabling (default: those carrying an RDMA "
+            "device; every interface of a report without one)",
+        )
+
+    @classmethod
+    def load(cls, options: argparse.Namespace, *, live: bool) -> NodeReports:
+        return cls(regex_option(getattr(options, "fabric_interfaces", None), "--fabric-interfaces"))
+
+    def facts(self, report: NodeReport) -> NodeFacts:
+        """One report's facts (the pipeline's fast path for a changed report)."""
+        return facts_of(report, self.fabric_interfaces)
+
+    def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
+        for report in cluster.reports.values():
+            graph.set_node_facts(report.node_name, self.facts(report))
 
 
 def report_from_object(obj: Mapping[str, Any]) -> NodeReport:

@@ -12,6 +12,7 @@ Both lldpd JSON flavours are read: `json0` (every value a list) and `json` (sing
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aggregator.graph import FabricGraph
+from aggregator.sources import Cluster, Source
 from aggregator.sources.nodetopology import switch_id
 
 
@@ -126,3 +128,30 @@ def apply(graph: FabricGraph, tables: Iterable[SwitchTable]) -> None:
                 graph.attach_host(neighbour.name, table.switch)
             elif neighbour.is_switch is not False:
                 graph.add_switch_link(table.switch, neighbour.name)
+
+
+class SwitchTables(Source):
+    """Switches' own LLDP tables (one file per switch) as a source."""
+
+    name = "switch-lldp"
+
+    def __init__(self, tables: Iterable[SwitchTable]) -> None:
+        self.tables = tuple(tables)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
+        parser.add_argument(
+            "--switch-lldp",
+            nargs="+",
+            metavar="FILE",
+            help="`lldpcli -f json0 show neighbors` output of switches, one file per switch "
+            "(named after the switch unless it holds a local-chassis section)",
+        )
+
+    @classmethod
+    def load(cls, options: argparse.Namespace, *, live: bool) -> SwitchTables | None:
+        paths = getattr(options, "switch_lldp", None) or []
+        return cls(load_files(paths)) if paths else None
+
+    def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
+        apply(graph, self.tables)

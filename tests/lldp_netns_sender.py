@@ -8,7 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
-from agent.lldp import pcap
+import pcap_files as pcap
 
 
 def main(interface: str, captures: list[str]) -> None:

@@ -9,10 +9,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pcap_files as pcap
 import pytest
 
 from agent.cluster_model import parse_model
-from agent.lldp import pcap
 from agent.lldp.frame import MalformedFrame, parse
 from agent.lldp.lldpcli import parse_json, parse_keyvalue
 from agent.model_probe import report_for

@@ -12,11 +12,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pcap_files as pcap
 import pytest
 from lldp_tcpdump_text import DecodedPacket, parse_decode
 from realparts import require_binary
 
-from agent.lldp import pcap
 from agent.lldp.frame import LldpFrame, MalformedFrame, parse
 
 

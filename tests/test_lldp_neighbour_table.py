@@ -7,7 +7,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from agent.lldp import pcap
+import pcap_files as pcap
+
 from agent.probes.lldp import MAX_NEIGHBOURS_PER_INTERFACE, NeighbourTable
 from agent.report import Health
 

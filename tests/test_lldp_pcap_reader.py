@@ -7,9 +7,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pcap_files as pcap
 import pytest
 
-from agent.lldp import pcap
 from agent.lldp.frame import parse
 
 

@@ -45,8 +45,8 @@ MODEL = REPO / "tests" / "models" / "small-tree.yaml"
 AGENT_NS = "hypertopo-system"
 TAINT = "hypertopo.io/fabric-unhealthy"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-VC_PODGROUPS = kube.Resource("PodGroup", "/apis/scheduling.volcano.sh/v1beta1", "podgroups", namespaced=True)
-VC_JOBS = kube.Resource("Job", "/apis/batch.volcano.sh/v1alpha1", "jobs", namespaced=True)
+VC_PODGROUPS = kube.Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", namespaced=True)
+VC_JOBS = kube.Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job", namespaced=True)
 AGENT_MANAGER = "hypertopo-agent"  # the agents' field manager for their NodeTopology (server-side apply)
 PLACE_TIMEOUT = 20.0  # seconds for vc-scheduler (1 s period) to bind a gang
 PENDING_FOR = 4.0  # seconds (scheduling cycles) a gang must stay unbound after vc-scheduler judged it

@@ -1,4 +1,5 @@
-"""Minimal pcap and pcapng reader, so tests and tools can replay real captures without libpcap.
+"""Minimal pcap and pcapng reader, so the tests can replay real captures without libpcap (test-only:
+it lives under tests/, not in the agent).
 
 Only what replaying LLDP needs: each record's timestamp, link type and captured bytes. Capture
 files from fuzzers are themselves malformed, so the reader keeps every whole record it found and

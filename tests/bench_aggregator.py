@@ -12,7 +12,9 @@ timed). Timed:
 * one node's report changes (its NVLink fails, then recovers): recompute + diff through
   Pipeline.update_report — target < 50 ms — and how many HyperNodes changed (only the failing
   node's domains: its rack, SU leaf, pod spine and core);
-* one node's cabling changes (a structural change, full rebuild path) for comparison.
+* one node's cabling changes (a structural change, full rebuild path) for comparison;
+* last row: a UFM answer for 10,000 hosts and 600 switches parsed and merged into the graph
+  (tests/bench_ufm.py; target < 1 s).
 """
 
 from __future__ import annotations
@@ -110,9 +112,20 @@ def bench(size: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--no-ufm", action="store_true", help="skip the UFM row (tests/bench_ufm.py)")
     args = parser.parse_args()
     for size in args.nodes:
         print(json.dumps(bench(size)), flush=True)
+    if not args.no_ufm:
+        print(json.dumps(ufm_row()), flush=True)
+
+
+def ufm_row() -> dict[str, object]:
+    """A UFM answer for 10,000 hosts (four HCAs each) and 600 switches parsed and merged into the
+    graph (issue 12)."""
+    import bench_ufm  # tests/, beside this file
+
+    return bench_ufm.bench(10_000, 600)
 
 
 if __name__ == "__main__":

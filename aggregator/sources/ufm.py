@@ -38,6 +38,7 @@ without a link: the fault must stay on the node the cable served, and the node i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -56,7 +57,6 @@ _LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "
               "HDR": 50.0, "NDR": 100.0, "XDR": 200.0}  # fmt: skip
 _NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(g|gb|gbps|gb/s)?\s*$", re.I)
 _WIDTH = re.compile(r"^\s*(\d+)\s*x\s*$", re.I)
-_PORT_NAME = re.compile(r"^([0-9a-fA-Fx:]+)_(\d+)$")
 SWITCH, HOST, OTHER = "switch", "host", "other"
 
 
@@ -64,7 +64,7 @@ class UfmError(ValueError):
     """A UFM response that is not the documented shape (which listing, which item, why)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UfmPort:
     guid: str  # port GUID, normalised
     number: int
@@ -79,17 +79,11 @@ class UfmPort:
     capacity_gbps: float | None = None  # highest enabled speed x width, if UFM lists them
     peer: tuple[str, int] | None = None  # (peer port GUID, peer port number)
     peer_node_name: str = ""  # the far end's system name (what Volcano reads)
+    up: bool = True  # Active and Link Up (a port listed without any state counts as up: older data)
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.guid, self.number)
-
-    @property
-    def up(self) -> bool:
-        """Active and linked; a port UFM lists without any state is taken as up (older data)."""
-        logical = self.logical_state.lower()
-        physical = self.physical_state.lower().replace(" ", "")
-        return logical in ("", "active") and physical in ("", "linkup")
 
     def label(self) -> str:
         where = self.node_description or self.system_name or self.guid
@@ -133,12 +127,17 @@ def _items(data: Any, listing: str) -> list[Mapping[str, Any]]:
 def _text(item: Mapping[str, Any], *keys: str) -> str:
     for key in keys:
         value = item.get(key)
-        if value not in (None, ""):
-            return str(value).strip()
+        if value is not None and value != "":
+            return value.strip() if isinstance(value, str) else str(value).strip()
     return ""
 
 
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+
+
 def _guid(text: str) -> str | None:
+    if _HEX16.fullmatch(text):  # UFM's own spelling: 16 lower-case hex digits
+        return text
     digits = text.strip().lower().removeprefix("0x").replace(":", "")
     if not digits or len(digits) > 16 or any(c not in "0123456789abcdef" for c in digits):
         return None
@@ -146,12 +145,15 @@ def _guid(text: str) -> str | None:
 
 
 def _int(value: Any) -> int | None:
+    if isinstance(value, int):
+        return value
     try:
         return int(str(value).strip())
     except ValueError:
         return None
 
 
+@functools.cache
 def lane_gbps(text: str) -> float | None:
     """"25.0 Gbps", "25", "EDR", "HDR" -> Gb/s per lane; None when unreadable."""
     name = text.strip().upper()
@@ -161,14 +163,23 @@ def lane_gbps(text: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
+@functools.cache
 def lanes(text: str) -> int | None:
     match = _WIDTH.match(text)
     return int(match.group(1)) if match else None
 
 
+@functools.cache
 def _rate(speed: str, width: str) -> float | None:
     per_lane, count = lane_gbps(speed), lanes(width)
     return per_lane * count if per_lane is not None and count is not None else None
+
+
+@functools.cache
+def _best_rate(speeds: tuple[Any, ...], widths: tuple[Any, ...]) -> float | None:
+    best_speed = max((g for g in (lane_gbps(str(s)) for s in speeds) if g is not None), default=None)
+    best_width = max((w for w in (lanes(str(x)) for x in widths) if w is not None), default=None)
+    return best_speed * best_width if best_speed is not None and best_width is not None else None
 
 
 def _capacity(item: Mapping[str, Any]) -> float | None:
@@ -176,11 +187,13 @@ def _capacity(item: Mapping[str, Any]) -> float | None:
     widths = item.get("enabled_width")
     if not isinstance(speeds, list) or not isinstance(widths, list):
         return None
-    best_speed = max((g for g in (lane_gbps(str(s)) for s in speeds) if g is not None), default=None)
-    best_width = max((w for w in (lanes(str(x)) for x in widths) if w is not None), default=None)
-    return best_speed * best_width if best_speed is not None and best_width is not None else None
+    try:
+        return _best_rate(tuple(speeds), tuple(widths))  # a few distinct lists: cached
+    except TypeError:  # unhashable items: not rates
+        return None
 
 
+@functools.cache
 def _kind_from_description(description: str) -> str:
     text = description.lower()
     if "switch" in text:
@@ -195,40 +208,70 @@ def _kind_of_system(value: str) -> str:
     return SWITCH if text == "switch" else HOST if text in ("host", "computer", "server") else OTHER
 
 
+@functools.cache
+def _is_up(logical: str, physical: str) -> bool:
+    return logical.lower() in ("", "active") and physical.lower().replace(" ", "") in ("", "linkup")
+
+
+def _port_name(text: str) -> tuple[str, int] | None:
+    """"<guid>_<number>" (UFM's port names) -> (normalised GUID, number)."""
+    guid, sep, number = text.rpartition("_")
+    if not sep or not number.isdigit():
+        return None
+    normal = _guid(guid)
+    return (normal, int(number)) if normal is not None else None
+
+
 def _peer(item: Mapping[str, Any]) -> tuple[str, int] | None:
     guid = _guid(_text(item, "peer_guid"))
     port = _int(_text(item, "peer_port_number", "peer_port"))
-    if guid is None or port is None:
-        named = _PORT_NAME.match(_text(item, "peer", "peer_port_name"))
-        if named:
-            guid, port = _guid(named.group(1)), int(named.group(2))
-    return (guid, port) if guid is not None and port is not None else None
+    if guid is not None and port is not None:
+        return (guid, port)
+    return _port_name(_text(item, "peer", "peer_port_name"))
+
+
+def _str(value: Any) -> str:
+    return value if type(value) is str else "" if value is None else str(value)
 
 
 def _port(item: Mapping[str, Any], kinds: Mapping[str, str]) -> UfmPort | None:
-    guid = _guid(_text(item, "guid", "port_guid"))
-    number = _int(_text(item, "number", "physical_port_number"))
-    named = _PORT_NAME.match(_text(item, "name", "port_name"))
-    if named and (guid is None or number is None):
-        guid, number = guid or _guid(named.group(1)), number if number is not None else int(named.group(2))
+    """One port object (the hot loop of a large fabric: UFM's usual spellings take the short way)."""
+    get = item.get
+    guid = get("guid")
+    if type(guid) is not str or not _HEX16.fullmatch(guid):
+        guid = _guid(_text(item, "guid", "port_guid"))
+    number = get("number")
+    if type(number) is not int:
+        number = _int(number if number is not None else get("physical_port_number", ""))
     if guid is None or number is None:
-        return None
-    system_guid = _guid(_text(item, "system_guid", "systemID", "system_id")) or guid
-    kind = kinds.get(system_guid) or _kind_from_description(_text(item, "description"))
+        named = _port_name(_text(item, "name", "port_name"))
+        if named is None:
+            return None
+        guid, number = guid or named[0], number if number is not None else named[1]
+    system = get("systemID") or get("system_guid") or get("system_id")
+    system_guid = system if type(system) is str and _HEX16.fullmatch(system) else _guid(_str(system)) or guid
+    kind = kinds.get(system_guid) or _kind_from_description(_str(get("description")))
+    logical, physical = _str(get("logical_state")), _str(get("physical_state"))
+    peer_guid, peer = get("peer_guid"), get("peer")
+    if type(peer) is str and type(peer_guid) is str and peer.startswith(peer_guid):
+        peer_key = _port_name(peer)  # "<guid>_<number>", the usual spelling
+    else:
+        peer_key = _peer(item)
     return UfmPort(
-        guid=guid,
-        number=number,
-        system_guid=system_guid,
-        system_name=_text(item, "system_name"),
-        kind=kind,
-        node_description=_text(item, "node_description"),
-        dname=_text(item, "dname"),
-        logical_state=_text(item, "logical_state"),
-        physical_state=_text(item, "physical_state"),
-        gbps=_rate(_text(item, "active_speed"), _text(item, "active_width")),
-        capacity_gbps=_capacity(item),
-        peer=_peer(item),
-        peer_node_name=_text(item, "peer_node_name"),
+        guid,
+        number,
+        system_guid,
+        _str(get("system_name")),
+        kind,
+        _str(get("node_description")),
+        _str(get("dname")),
+        logical,
+        physical,
+        _rate(_str(get("active_speed")), _str(get("active_width"))),
+        _capacity(item),
+        peer_key,
+        _str(get("peer_node_name")),
+        _is_up(logical, physical),
     )
 
 
@@ -268,8 +311,8 @@ def _add_link(fabric: UfmFabric, index: int, item: Mapping[str, Any]) -> None:
     for side in ("source", "destination"):
         guid, port = _guid(_text(item, f"{side}_guid")), _int(_text(item, f"{side}_port"))
         if guid is None or port is None:
-            named = _PORT_NAME.match(_text(item, f"{side}_port_name"))
-            guid, port = (_guid(named.group(1)), int(named.group(2))) if named else (guid, port)
+            named = _port_name(_text(item, f"{side}_port_name"))
+            guid, port = named if named is not None else (guid, port)
         if guid is None or port is None or (guid, port) not in fabric.ports:
             fabric.warnings.append(f"links[{index}]: {side} port {guid}_{port} is not in the port listing")
             return
@@ -353,7 +396,8 @@ def apply(graph: FabricGraph, fabric: UfmFabric, hosts: HostNames | None = None)
     names = switch_names(fabric)
     by_name = {name: name for name in names.values()}
     for link in fabric.links:
-        a, b = (fabric.ports[key] for key in sorted(link))
+        ka, kb = link
+        a, b = fabric.ports[ka], fabric.ports[kb]
         sa, sb = names.get(a.system_guid), names.get(b.system_guid)
         if sa and sb:
             graph.add_switch_link(sa, sb)
@@ -386,34 +430,44 @@ def port_faults(fabric: UfmFabric, join: _Join) -> dict[str, list[FabricFault]]:
     """Node -> faults on its cables: a down end is a failure, a slow one a grey failure."""
     usual = _expected_rate(fabric)
     out: dict[str, list[FabricFault]] = {}
-    for link in sorted(fabric.links, key=sorted):
-        ports = [fabric.ports[key] for key in sorted(link)]
-        hcas = [p for p in ports if p.kind == HOST]
-        if len(hcas) != 1 or not any(p.kind == SWITCH for p in ports):
+    for ka, kb in fabric.links:
+        a, b = fabric.ports[ka], fabric.ports[kb]
+        if a.kind == HOST and b.kind == SWITCH:
+            hca = a
+        elif b.kind == HOST and a.kind == SWITCH:
+            hca = b
+        else:
             continue  # switch-to-switch cables are the domain's capacity, not a node's fault
-        node = join.node(hcas[0])
-        fault = _link_fault(ports, hcas[0], usual)
+        fault = _link_fault((hca, b if hca is a else a), usual)
+        node = join.node(hca) if fault is not None else None
         if node is not None and fault is not None:
             out.setdefault(node, []).append(fault)
-    return out
+    return {node: sorted(faults, key=lambda f: f.text) for node, faults in out.items()}
 
 
-def _link_fault(ports: list[UfmPort], hca: UfmPort, usual: float | None) -> FabricFault | None:
-    down = [p for p in ports if not p.up]
-    if down:
-        states = "; ".join(f"{p.label()}: {p.logical_state or '?'}/{p.physical_state or '?'}" for p in down)
+def _link_fault(ports: tuple[UfmPort, UfmPort], usual: float | None) -> FabricFault | None:
+    """The fault on a host cable (HCA end first), if any."""
+    hca, switch = ports
+    if not (hca.up and switch.up):
+        states = "; ".join(
+            f"{p.label()}: {p.logical_state or '?'}/{p.physical_state or '?'}" for p in sorted(ports, key=_by_key) if not p.up
+        )
         return FabricFault(failure=True, cause="RDMA", text=f"RDMA {hca.label()} down (UFM: {states})")
-    capacities = [p.capacity_gbps for p in ports if p.capacity_gbps is not None]
-    expected = min(capacities) if len(capacities) == len(ports) else usual
-    slow = [p for p in ports if p.gbps is not None and expected is not None and p.gbps < expected]
-    if not slow:
+    expected = usual
+    if hca.capacity_gbps is not None and switch.capacity_gbps is not None:
+        expected = min(hca.capacity_gbps, switch.capacity_gbps)
+    rates = [p.gbps for p in ports if p.gbps is not None]
+    if expected is None or not rates or min(rates) >= expected:
         return None
-    worst = min(p.gbps for p in slow if p.gbps is not None)
     return FabricFault(
         failure=False,
         cause="RDMA",
-        text=f"RDMA {hca.label()} rate: {worst:g} Gb/s below the {expected:g} Gb/s its cable should carry (UFM)",
+        text=f"RDMA {hca.label()} rate: {min(rates):g} Gb/s below the {expected:g} Gb/s its cable should carry (UFM)",
     )
+
+
+def _by_key(port: UfmPort) -> tuple[str, int]:
+    return port.key
 
 
 def _unmatched(graph: FabricGraph, fabric: UfmFabric, join: _Join) -> list[str]:

@@ -1,0 +1,110 @@
+"""UFM source benchmark: a UFM answer for 10,000 hosts and 600 switches, parsed and merged into the
+fabric graph (issue 12's target: under 1 s). A row of `python tests/bench_aggregator.py`; alone:
+
+    python tests/bench_ufm.py [--hosts 10000] [--switches 600]
+
+The fabric is rail-optimised: groups of 80 hosts, four HCAs each (`--hcas`; one HCA a second
+row), one leaf per group and rail (hosts x rails / 80 leaves), the remaining switches as spines (nine in ten) and cores above them. The
+ports, links and systems listings come from the UFM stand-in's generator (tests/ufm_standin.py,
+not timed) and are serialised to the bytes UFM would send. Timed, best and median of three, each
+phase apart: `json.loads` of the three bodies (json), `sources.ufm.from_listings` (parse) and
+`sources.ufm.apply` into a graph whose nodes carry their reported GUIDs (merge, the join by GUID);
+`wall` is their sum and `cpu` the process CPU time of all three (less sensitive to a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ufm_standin import ca_guid, listings
+
+from agent.cluster_model import ClusterModel, parse_model
+from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
+from aggregator.sources import ufm
+
+RAILS = 4
+GROUP = 80
+
+
+def fabric_model(hosts: int, switches: int, rails: int = RAILS) -> ClusterModel:
+    groups = -(-hosts // GROUP)
+    leaves = groups * rails
+    above = max(2, switches - leaves)
+    cores = max(1, above // 10)
+    spines = above - cores
+    tree: dict[str, dict[str, list[str]]] = {}
+    for c in range(cores):
+        tree[f"core{c}"] = {"switches": [f"spine{s}" for s in range(spines) if s % cores == c]}
+    for s in range(spines):
+        tree.setdefault(f"spine{s}", {"switches": []})["switches"] = [
+            f"leaf{l_}" for l_ in range(leaves) if l_ % spines == s
+        ]
+    blocks = []
+    for g in range(groups):
+        first = g * GROUP + 1
+        last = min(hosts, first + GROUP - 1)
+        for r in range(rails):
+            blocks.append({"switch": f"leaf{g * rails + r}", "nodes": [f"h[{first:05d}-{last:05d}]"]})
+    return parse_model({"switches": tree, "blocks": blocks})
+
+
+def graph_with_reports(model: ClusterModel, rails: int = RAILS) -> FabricGraph:
+    graph = FabricGraph()
+    for node in model.nodes():
+        guids = frozenset(normalise_guid(ca_guid(node, hca)) for hca in range(rails))
+        graph.set_node_facts(node, NodeFacts(guids=guids))
+    return graph
+
+
+def bench(hosts: int = 10_000, switches: int = 600, rails: int = RAILS) -> dict[str, object]:
+    model = fabric_model(hosts, switches, rails)
+    data = listings(model)
+    bodies = {name: json.dumps(items).encode() for name, items in data.items()}
+    phases: dict[str, list[float]] = {"json": [], "parse": [], "merge": [], "cpu": [], "wall": []}
+    for _ in range(3):
+        graph = graph_with_reports(model, rails)  # not timed: the reports are already in the graph
+        wall, cpu = time.perf_counter(), time.process_time()
+        decoded = {name: json.loads(body) for name, body in bodies.items()}
+        t1 = time.perf_counter()
+        fabric = ufm.from_listings(decoded)
+        t2 = time.perf_counter()
+        ufm.apply(graph, fabric)
+        t3 = time.perf_counter()
+        for name, value in (("json", t1 - wall), ("parse", t2 - t1), ("merge", t3 - t2), ("wall", t3 - wall),
+                            ("cpu", time.process_time() - cpu)):  # fmt: skip
+            phases[name].append(value)
+    placed = sum(1 for n in graph.nodes if graph.attached_switches(n))
+    return {
+        "bench": "ufm_parse_and_merge",
+        "hosts": fabric.host_count(),
+        "hcas_per_host": rails,
+        "switches": fabric.switch_count(),
+        "ports": len(fabric.ports),
+        "cables": len(fabric.links),
+        "response_mib": round(sum(len(b) for b in bodies.values()) / 2**20, 1),
+        "nodes_placed": placed,
+        "seconds_best": {k: round(min(v), 3) for k, v in phases.items()},
+        "seconds_median": {k: round(statistics.median(v), 3) for k, v in phases.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--switches", type=int, default=600)
+    parser.add_argument("--hcas", type=int, nargs="+", default=[RAILS, 1], help="HCAs (rails) per host")
+    args = parser.parse_args()
+    for rails in args.hcas:
+        print(json.dumps(bench(args.hosts, args.switches, rails)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

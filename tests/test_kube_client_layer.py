@@ -99,7 +99,7 @@ def test_the_informer_reports_each_changed_key_once_per_drain() -> None:
     script = Script([([obj("a", "1"), obj("b", "1", "ns")], "1")],
                     [[WatchEvent("MODIFIED", obj("a", "2")), WatchEvent("BOOKMARK", obj("", "3")),
                       WatchEvent("DELETED", obj("b", "4", "ns")), WatchEvent("ADDED", obj("c", "5"))]])
-    informer = Informer(script, HYPERNODES).start()  # type: ignore[arg-type]
+    informer = Informer(script, HYPERNODES, track_changes=True).start()  # type: ignore[arg-type]
     try:
         wait_for(lambda: script.watch_calls >= 2, timeout=5, what="the scripted events")
         assert informer.drain_changed() == {"a", "ns/b", "c"}  # the initial list, then the events
@@ -115,13 +115,26 @@ def test_a_relist_reports_only_the_keys_that_differ() -> None:
     after_gone = ([obj("a", "1"), obj("b", "7"), obj("d", "7")], "7")  # b changed, c went, d came
     gate = threading.Event()
     script = Script([first, after_gone], [[gate, ApiError(410, "Expired", "too old")]])
-    informer = Informer(script, HYPERNODES).start()  # type: ignore[arg-type]
+    informer = Informer(script, HYPERNODES, track_changes=True).start()  # type: ignore[arg-type]
     try:
         wait_for(lambda: script.watch_calls >= 1, timeout=5, what="the first watch")
         assert informer.drain_changed() == {"a", "b", "c"}
         gate.set()  # now the watch ends with 410 Gone: history compacted, re-list
         wait_for(lambda: informer.relists >= 2 and script.watch_calls >= 2, timeout=5, what="the re-list")
         assert informer.drain_changed() == {"b", "c", "d"}  # a is unchanged: not reported again
+    finally:
+        script.release.set()
+        informer.stop()
+
+
+def test_an_informer_that_nobody_drains_keeps_no_keys() -> None:
+    script = Script([([obj("a", "1")], "1")], [[WatchEvent("ADDED", obj("b", "2"))]])
+    informer = Informer(script, HYPERNODES).start()  # type: ignore[arg-type]
+    try:
+        wait_for(lambda: script.watch_calls >= 2, timeout=5, what="the scripted events")
+        assert informer.snapshot().keys() == {"a", "b"} and not informer._changed
+        with pytest.raises(RuntimeError, match="track_changes"):
+            informer.drain_changed()
     finally:
         script.release.set()
         informer.stop()

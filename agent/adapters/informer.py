@@ -12,10 +12,11 @@ looked for again every `absent_recheck` seconds.
 
 What a consumer gets, pick what fits:
 - `snapshot()`: the cache, key -> object (key `namespace/name`, or `name` for cluster-scoped).
-- `drain_changed()`: the keys added, modified or deleted since the previous drain, so a consumer
-  that runs in ticks touches only what changed. A re-list adds only the keys whose object differs
-  from the cache (by resourceVersion), or that appeared or vanished: an outage costs the changes
-  made during it, never the whole kind.
+- `drain_changed()` (with `track_changes=True`): the keys added, modified or deleted since the
+  previous drain, so a consumer that runs in ticks touches only what changed. A re-list adds only
+  the keys whose object differs from the cache (by resourceVersion), or that appeared or vanished:
+  an outage costs the changes made during it, never the whole kind. Off by default: a consumer
+  that never drains must not collect every key it ever saw.
 - `on_change()`: called (no arguments, from the informer thread) after every change to the cache:
   a wake-up for a loop that then drains.
 - `on_event(type, payload)`: every change as it arrives, from the informer thread, for a consumer
@@ -77,6 +78,7 @@ class Informer:
         absent_recheck: float = 30.0,
         watch_timeout: int = 60,
         max_backoff: float = 5.0,
+        track_changes: bool = False,
     ):
         self.kube = kube
         self.resource = resource
@@ -91,6 +93,7 @@ class Informer:
         self.absent = False
         self.relists = 0
         self._objects: dict[str, Obj] = {}
+        self.track_changes = track_changes
         self._changed: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -104,6 +107,8 @@ class Informer:
 
     def drain_changed(self) -> set[str]:
         """The keys changed since the previous call (see the module docstring); empties the set."""
+        if not self.track_changes:
+            raise RuntimeError(f"informer of {self.resource.plural} was built without track_changes=True")
         with self._lock:
             changed, self._changed = self._changed, set()
         return changed
@@ -112,10 +117,10 @@ class Informer:
     def _replace(self, items: list[Obj]) -> None:
         fresh = {object_key(o): o for o in items}
         with self._lock:
-            old = self._objects
-            self._changed.update(k for k in old.keys() - fresh.keys())
-            self._changed.update(k for k, o in fresh.items() if _version(old.get(k)) != _version(o) or k not in old)
-            self._objects = fresh
+            old, self._objects = self._objects, fresh
+            if self.track_changes:
+                self._changed.update(old.keys() - fresh.keys())
+                self._changed.update(k for k, o in fresh.items() if k not in old or _version(old[k]) != _version(o))
         self._emit("SYNC", items)
 
     def _apply(self, kind: str, obj: Obj) -> None:
@@ -125,7 +130,8 @@ class Informer:
                 self._objects.pop(key, None)
             else:
                 self._objects[key] = obj
-            self._changed.add(key)
+            if self.track_changes:
+                self._changed.add(key)
         self._emit(kind, obj)
 
     def _emit(self, kind: str, payload: Any) -> None:
@@ -187,7 +193,8 @@ class Informer:
                      self.resource.kind, self.resource.prefix, self.absent_recheck)
             self.absent = True
             with self._lock:
-                self._changed.update(self._objects)
+                if self.track_changes:
+                    self._changed.update(self._objects)
                 self._objects = {}
             self._emit("ABSENT", [])
             self.synced.set()

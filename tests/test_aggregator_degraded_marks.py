@@ -11,7 +11,13 @@ import pytest
 from aggregator_controller_kit import node_object
 
 from aggregator.adapters.kube import NODES, KubeClient, NodeClient, connect
-from aggregator.node_marks import DEGRADED_ANNOTATION, DEGRADED_MANAGER, LABEL_MANAGER, NodeMarker, degraded_changes
+from aggregator.node_marks import (
+    DEGRADED_ANNOTATION,
+    DEGRADED_MANAGER,
+    LABEL_MANAGER,
+    NodeMarker,
+    degraded_changes,
+)
 
 SINCE = "2026-11-23T01:00:00Z"
 LATER = "2026-11-23T01:05:00Z"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from aggregator.adapters.ufm import UfmSource
 from aggregator.sources import OptionError, Source, SourceError
 from aggregator.sources.ibnetdiscover import Dumps
 from aggregator.sources.labels import LabelLevels
@@ -25,6 +26,7 @@ SOURCES: tuple[type[Source], ...] = (
     NodeReports,
     ModelFile,
     Dumps,
+    UfmSource,
     SwitchTables,
     LabelLevels,
 )

@@ -78,7 +78,6 @@ KNOWN_UNUSED = {"hosts_of": "aggregator/sources/ufm.py (UFM source, in progress)
 # Product modules that only tests import, kept on purpose.
 TEST_ONLY_KEPT = {
     "agent.probes.nvidia_smi_text": "diagnostic parser of nvidia-smi text (operators' bug reports)",
-    "aggregator.adapters.ufm": "the UFM poller, wired into the source by the UFM work in progress",
 }
 
 

@@ -21,6 +21,7 @@ Only the standard library talks HTTP here (urllib, ssl): no runtime dependency i
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import logging
@@ -29,14 +30,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from aggregator.sources import ufm
+from aggregator.graph import FabricGraph
+from aggregator.sources import Cluster, OptionError, Source, Worker, ufm
+from aggregator.sources.ibnetdiscover import HostNames
 
 log = logging.getLogger(__name__)
 
@@ -220,10 +223,30 @@ class UfmPoller:
         self.facts: ufm.UfmFabric | None = None  # the last good snapshot
         self.generation = 0  # bumped on every change of the facts
         self.failures = 0  # in a row
+        self.failing_since: float | None = None
+        self.last_success: float | None = None
+        self.last_error = ""
         self._last_kind = ""
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+
+    def bind(self, registry: CollectorRegistry | None, on_change: Callable[[], None]) -> None:
+        """Registers the metrics in the controller's registry; `on_change` wakes its reconcile."""
+        self.metrics = SourceMetrics(registry)
+        self.metrics.stale.labels(source=SOURCE).set(0 if self.last_success is not None and not self.failures else 1)
+        if self.last_success is not None:
+            self.metrics.last_success.labels(source=SOURCE).set(self.last_success)
+        self.on_change = on_change
+
+    def stale_reason(self) -> str | None:
+        """None while the last poll succeeded; else what failed since when, and which facts are used."""
+        if self.failures == 0:
+            return None
+        since = time.strftime("%H:%M:%S", time.gmtime(self.failing_since or 0))
+        using = (f"using the facts of {time.strftime('%H:%M:%S', time.gmtime(self.last_success))}"
+                 if self.last_success is not None else "no facts from UFM yet: not reconciling until it answers")  # fmt: skip
+        return f"{self.last_error} (failing since {since} UTC, {self.failures} polls); {using}"
 
     def snapshot(self) -> tuple[int, ufm.UfmFabric | None]:
         with self._lock:
@@ -254,14 +277,18 @@ class UfmPoller:
             log.info("UFM fabric: %s", ufm.summary(merged))
         for warning in fresh.warnings if changed else ():
             log.warning("UFM: %s", warning)
-        self.failures, self._last_kind = 0, ""
+        self.failures, self._last_kind, self.failing_since = 0, "", None
+        self.last_success = self.clock()
         self.metrics.stale.labels(source=SOURCE).set(0)
-        self.metrics.last_success.labels(source=SOURCE).set(self.clock())
+        self.metrics.last_success.labels(source=SOURCE).set(self.last_success)
         if changed:
             self.on_change()
 
     def _failed(self, exc: UfmFetchError) -> None:
         self.failures += 1
+        self.last_error = f"{exc.kind}: {exc}"
+        if self.failing_since is None:
+            self.failing_since = self.clock()
         self.metrics.stale.labels(source=SOURCE).set(1)
         self.metrics.errors.labels(source=SOURCE, kind=exc.kind).inc()
         first = exc.kind != self._last_kind
@@ -289,3 +316,96 @@ class UfmPoller:
 
 def _differs(old: ufm.UfmFabric, new: ufm.UfmFabric) -> bool:
     return old.ports != new.ports or old.links != new.links or old.systems != new.systems
+
+
+# --- the source (aggregator.registry.SOURCES) ------------------------------------------------------
+
+
+class UfmSource(Source):
+    """UFM's REST API as a live fabric source of `hypertopo-aggregator run` (see the module doc).
+
+    Until UFM has answered once there are no facts to build on, and a tree built without them
+    would drop every HyperNode UFM's cabling gave (spines, cores): `ready()` is False until then,
+    and the controller neither reconciles nor reports ready (/readyz) meanwhile. After that an
+    outage keeps the last good facts."""
+
+    name = SOURCE
+
+    def __init__(self, poller: UfmPoller, host_names: HostNames | None = None) -> None:
+        self.poller = poller
+        self.host_names = host_names or HostNames()
+        self._generation = 0
+        self._facts: ufm.UfmFabric | None = None
+        self._since: float | None = None  # when the current run of failures began
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
+        if not live:
+            return  # `render` reads files only
+        add = parser.add_argument
+        add("--ufm-url", metavar="URL", help="NVIDIA UFM to poll for the fabric (https://HOST; REST listings "
+            "ports, links, systems): switch cabling, HCA ports, port state as node health")  # fmt: skip
+        add("--ufm-credentials", metavar="DIR", help="directory of the mounted UFM Secret: files `username` and "
+            "`password`, or `token` (an access token); read on every poll")  # fmt: skip
+        add("--ufm-interval", type=float, default=60.0, metavar="SECONDS",
+            help="seconds between UFM polls (default 60)")  # fmt: skip
+        add("--ufm-timeout", type=float, default=30.0, metavar="SECONDS",
+            help="seconds to wait for each UFM answer (default 30)")  # fmt: skip
+        add("--ufm-ca-bundle", metavar="FILE", help="CA certificates (PEM) that UFM's TLS certificate is "
+            "verified against (default: the system's)")  # fmt: skip
+        add("--ufm-insecure-skip-tls-verify", action="store_true",
+            help="do not verify UFM's TLS certificate (testing only)")  # fmt: skip
+
+    @classmethod
+    def load(cls, options: argparse.Namespace, *, live: bool) -> UfmSource | None:
+        url = getattr(options, "ufm_url", None)
+        if not live or not url:
+            return None
+        if options.ufm_interval <= 0 or options.ufm_timeout <= 0:
+            raise OptionError("--ufm-interval and --ufm-timeout must be positive")
+        if options.ufm_insecure_skip_tls_verify:
+            log.warning("UFM: TLS certificate verification is off (--ufm-insecure-skip-tls-verify)")
+        config = UfmConfig(
+            url=url,
+            credentials_dir=options.ufm_credentials,
+            interval=options.ufm_interval,
+            timeout=options.ufm_timeout,
+            ca_bundle=options.ufm_ca_bundle,
+            verify=not options.ufm_insecure_skip_tls_verify,
+        )
+        try:
+            client = UfmClient(config)
+        except (OSError, ssl.SSLError) as exc:  # an unreadable CA bundle
+            raise OptionError(f"--ufm-ca-bundle {options.ufm_ca_bundle}: {exc}") from exc
+        return cls(UfmPoller(client, interval=config.interval), ufm_host_names(options))
+
+    def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
+        if self._facts is None:
+            return
+        warnings = ufm.apply(graph, self._facts, self.host_names)
+        graph.warnings.extend(f"{self.name}: {w}" for w in warnings)
+
+    def refresh(self, now: float) -> bool:
+        generation, facts = self.poller.snapshot()
+        if generation == self._generation:
+            return False
+        self._generation, self._facts = generation, facts
+        return True
+
+    def ready(self) -> bool:
+        """True once UFM has answered once (there are facts to build on)."""
+        return self.poller.snapshot()[1] is not None
+
+    def stale(self) -> str | None:
+        return self.poller.stale_reason()
+
+    def workers(self, *, registry: Any = None, wake: Callable[[], None] = lambda: None) -> Sequence[Worker]:
+        self.poller.bind(registry, wake)
+        return [("ufm-poller", self.poller.run)]
+
+
+def ufm_host_names(options: argparse.Namespace) -> HostNames:
+    """`--strip-domain` (and `--dump-host-regex` for node descriptions), as for dump hosts."""
+    from aggregator.sources.ibnetdiscover import host_names_from
+
+    return host_names_from(options)

@@ -40,6 +40,9 @@ Writing a source, step by step:
      least every `--period` seconds): take the poller's latest good snapshot and return True when
      it differs from the one `apply` last used (the controller then rebuilds the graph), False
      otherwise. It must be cheap (compare a generation counter) and must not block on I/O.
+   * `ready()` returns False until the first good facts arrived (default True): the controller
+     does not reconcile before every source is ready, so a server down at start-up never costs
+     the cluster the HyperNodes its facts give.
    * `stale()` returns None while the facts are fresh, else one line saying why and since when
      ("UFM unreachable since 01:02:03, 5 polls failed; using the facts of 01:00:00"). The
      controller logs it (once per change, as an input warning) and renders with the last good
@@ -122,6 +125,12 @@ class Source(Protocol):
     def stale(self) -> str | None:
         """None while the facts are fresh; else why they are not (the last good ones stay in use)."""
         return None
+
+    def ready(self) -> bool:
+        """Live sources: False until the first good facts arrived (a tree built without them would
+        drop the HyperNodes they give); the controller neither reconciles nor reports ready until
+        every source is ready."""
+        return True
 
     def workers(self, *, registry: Any = None, wake: Callable[[], None] = lambda: None) -> Sequence[Worker]:
         """Live sources: the loops the controller runs beside reconcile (pollers)."""

@@ -36,6 +36,8 @@ from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.registry import add_source_arguments, load_sources
 from aggregator.render import as_list
 from aggregator.sources import OptionError, SourceError, nodetopology
+from aggregator.tree_cli import add_tree_command
+from aggregator.tree_dot import render_dot
 
 log = logging.getLogger("hypertopo-aggregator")
 PROG = "hypertopo-aggregator"
@@ -176,6 +178,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.format == "json":
         json.dump(document, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
+    elif args.format == "dot":
+        sys.stdout.write(render_dot(document["items"]))
     else:
         yaml_codec.dump(document, sys.stdout, sort_keys=False)
     if desired.tree is not None:
@@ -240,7 +244,12 @@ def _add_render(sub: Any) -> None:
         help="degraded members (grey failures) a HyperNode tolerates before FabricDegraded=True: "
         "fraction < 1 or a count (default 0: any degraded member)",
     )
-    render.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format")
+    render.add_argument(
+        "--format",
+        choices=("yaml", "json", "dot"),
+        default="yaml",
+        help="output format: yaml, json (both kubectl-appliable) or dot (a Graphviz picture: dot -Tsvg)",
+    )
     render.add_argument(
         "--strict",
         action="store_true",
@@ -279,6 +288,7 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_render(sub)
     _add_run(sub, wanted=_command_of(argv) == "run")
+    add_tree_command(sub)
     return top
 
 

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(lldpd prometheus tcpdump ethtool iproute2 openssl procps)
+packages=(lldpd prometheus tcpdump ethtool iproute2 openssl procps graphviz)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

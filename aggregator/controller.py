@@ -156,8 +156,10 @@ class Controller:
         metrics: AggregatorMetrics,
         may_write: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
+        sources_ready: Callable[[], bool] = lambda: True,  # live sources have their first facts
     ):
         self.kube = kube
+        self.sources_ready = sources_ready
         self.compute = compute
         self.options = options
         self.metrics = metrics
@@ -202,7 +204,7 @@ class Controller:
             informer.stop()
 
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
+        return all(i.synced.is_set() for i in self.informers) and self.sources_ready()
 
     def view(self) -> ClusterView:
         nodes = self._node_overlay.view(self.nodes.snapshot())
@@ -449,7 +451,8 @@ def run(args: argparse.Namespace) -> int:
         report_gc_period=args.report_gc_period,
         mark_degraded=args.mark_degraded,
     )
-    controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write)
+    controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write,
+                            sources_ready=lambda: all(s.ready() for s in sources))  # fmt: skip
     if elector is None:
         metrics.set_leader(True)
 

@@ -64,8 +64,10 @@ class UfmError(ValueError):
     """A UFM response that is not the documented shape (which listing, which item, why)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs a third of a large parse
 class UfmPort:
+    """One port as UFM lists it (treat as read-only)."""
+
     guid: str  # port GUID, normalised
     number: int
     system_guid: str

@@ -21,7 +21,7 @@ from agent.model_probe import report_for
 from aggregator.adapters.ufm import UfmSource
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.registry import SOURCES, add_source_arguments, load_sources
-from aggregator.sources import ibnetdiscover
+from aggregator.sources import OptionError, ibnetdiscover
 
 MODELS = Path(__file__).resolve().parent / "models"
 RAIL = load_model(str(MODELS / "rail-8.yaml"))
@@ -119,3 +119,11 @@ def test_an_outage_keeps_the_tree_and_the_source_says_it_is_stale(ufm_server: Uf
     reason = source.stale()
     assert reason is not None and reason.startswith("http: GET http://127.0.0.1:")
     assert "HTTP 500" in reason and "(failing since " in reason and ", 1 polls); using the facts of " in reason
+
+
+def test_an_unreadable_ca_bundle_or_a_bad_interval_is_an_option_error(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"--ufm-ca-bundle .*missing\.pem: \[Errno 2\]"):
+        load_sources(options("--ufm-url", "https://ufm.example.com", "--ufm-ca-bundle", str(tmp_path / "missing.pem")),
+                     live=True)  # fmt: skip
+    with pytest.raises(OptionError, match="--ufm-interval and --ufm-timeout must be positive"):
+        load_sources(options("--ufm-url", "https://ufm.example.com", "--ufm-interval", "0"), live=True)

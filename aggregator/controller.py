@@ -40,6 +40,8 @@ from typing import Any, Protocol
 from agent.adapters.endpoints import serve
 from agent.adapters.informer import Informer
 from aggregator.adapters import kube as kubeapi
+from aggregator.adapters.kueue import TopologyClient
+from aggregator.kueue_topology import TopologyKeeper
 from aggregator.metrics import AggregatorMetrics
 from aggregator.node_marks import LABEL_MANAGER, NodeMarker
 from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
@@ -75,6 +77,9 @@ class ClusterView:
     topologies: Mapping[str, Obj]
     nodes: Mapping[str, Obj]
     agent_ready: Mapping[str, bool] | None  # None: agent pods not tracked
+    # node names whose NodeTopology, Node or agent pod changed since the previous view (the
+    # informers' changed keys); None: not known, compare the whole view
+    changed: frozenset[str] | None = None
 
 
 Compute = Callable[[ClusterView, float], DesiredState]
@@ -170,19 +175,24 @@ class Controller:
         self.next_wake: float | None = None  # seconds until a hold-down deadline falls due
         self.last_beat = time.monotonic()
         wake = self.changed.set
-        self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake)
-        self.nodes = Informer(kube, kubeapi.NODES, on_change=wake)
+        # the changed keys of these three drive the feed (`view().changed`)
+        self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake, track_changes=True)
+        self.nodes = Informer(kube, kubeapi.NODES, on_change=wake, track_changes=True)
         self.pods = Informer(
             kube,
             kubeapi.PODS,
             label_selector=options.agent_selector or None,
             namespace=options.agent_namespace,
             on_change=wake,
+            track_changes=True,
         )
         self.hypernodes = Informer(kube, kubeapi.HYPERNODES, on_change=wake)
         self.applier = Applier(kubeapi.HyperNodeClient(kube), may_write=may_write)
         self.marker = NodeMarker(kubeapi.NodeClient(kube, label_manager=LABEL_MANAGER), may_write=may_write)
+        # with --node-labels, Kueue's Topology names those labels (aggregator.kueue_topology)
+        self.kueue = TopologyKeeper(TopologyClient(kube), may_write=may_write) if options.node_labels else None
         self._hn_overlay = Overlay()
+        self._pod_nodes: dict[str, str] = {}  # agent pod key -> its node, for pods that go away
         self._node_overlay = Overlay()
         self._next_sweep = 0.0  # time.monotonic() of the next report sweep
         self._clashes = 0
@@ -207,9 +217,24 @@ class Controller:
         return all(i.synced.is_set() for i in self.informers) and self.sources_ready()
 
     def view(self) -> ClusterView:
+        changed = self._drain_changed()  # before the snapshots: a change in between is seen twice, not lost
         nodes = self._node_overlay.view(self.nodes.snapshot())
         agents = agent_readiness(self.pods.snapshot()) if self.options.agent_selector else None
-        return ClusterView(reports_of_members(self.topologies.snapshot(), nodes), nodes, agents)
+        return ClusterView(reports_of_members(self.topologies.snapshot(), nodes), nodes, agents, changed)
+
+    def _drain_changed(self) -> frozenset[str]:
+        """Node names touched since the last drain: changed NodeTopology and Node keys (a node's
+        name), and the nodes an agent pod left or landed on."""
+        names = self.topologies.drain_changed() | self.nodes.drain_changed()
+        if self.options.agent_selector:
+            pods = self.pods.snapshot()
+            for key in self.pods.drain_changed():
+                before = self._pod_nodes.pop(key, None)
+                now = ((pods.get(key) or {}).get("spec") or {}).get("nodeName")
+                names.update(n for n in (before, now) if n)
+                if now:
+                    self._pod_nodes[key] = now
+        return frozenset(names)
 
     def live_hypernodes(self) -> dict[str, Obj]:
         return self._hn_overlay.view(self.hypernodes.snapshot())
@@ -301,6 +326,8 @@ class Controller:
             marks = self.marker.apply_labels(desired.node_labels, view.nodes)
             self._node_overlay.written.update(marks.written)
             writes += sum(marks.writes.values())
+        if self.kueue is not None:
+            writes += self.kueue.sync(desired.hypernodes, self.clock())
         if self.options.taint_unhealthy:
             nodes = self._node_overlay.view(self.nodes.snapshot())
             marks = self.marker.apply_taints(desired.unhealthy_nodes, nodes)
@@ -410,7 +437,7 @@ def pipeline_compute(args: argparse.Namespace, sources: Sequence[Source] | None 
     feed = PipelineFeed(pipeline, sources, resync=args.resync)
 
     def compute(view: ClusterView, now: float) -> DesiredState:
-        return feed.compute(view.topologies, view.nodes, view.agent_ready, now)
+        return feed.compute(view.topologies, view.nodes, view.agent_ready, now, view.changed)
 
     return compute
 

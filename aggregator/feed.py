@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,22 +70,31 @@ class PipelineFeed:
     def reports(self, topologies: Mapping[str, Obj]) -> dict[str, NodeReport]:
         out: dict[str, NodeReport] = {}
         for name, obj in topologies.items():
-            metadata = obj.get("metadata")
-            version = str(metadata.get("resourceVersion", "")) if isinstance(metadata, dict) else ""
-            cached = self._parsed.get(name)
-            if cached is not None and cached[0] == version and version:
-                out[name] = cached[1]
-                continue
-            try:
-                report = nodetopology.report_from_object(obj)
-            except (TypeError, ValueError, KeyError, AttributeError) as exc:
-                log.warning("NodeTopology %s: unreadable, ignored: %s", name, exc)
-                continue
-            self._parsed[name] = (version, report)
-            out[name] = report
+            report = self._report(name, obj)
+            if report is not None:
+                out[name] = report
         for gone in self._parsed.keys() - topologies.keys():
             del self._parsed[gone]
         return out
+
+    def _report(self, name: str, obj: Obj | None) -> NodeReport | None:
+        """The parsed report (cached per resourceVersion); None: no object, or an unreadable one."""
+        if obj is None:
+            self._parsed.pop(name, None)
+            return None
+        metadata = obj.get("metadata")
+        version = str(metadata.get("resourceVersion", "")) if isinstance(metadata, dict) else ""
+        cached = self._parsed.get(name)
+        if cached is not None and cached[0] == version and version:
+            return cached[1]
+        try:
+            report = nodetopology.report_from_object(obj)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            log.warning("NodeTopology %s: unreadable, ignored: %s", name, exc)
+            self._parsed.pop(name, None)
+            return None
+        self._parsed[name] = (version, report)
+        return report
 
     def compute(
         self,
@@ -93,27 +102,75 @@ class PipelineFeed:
         nodes: Mapping[str, Obj],
         agent_ready: Mapping[str, bool] | None,
         now: float,
+        changed: Collection[str] | None = None,
     ) -> Desired:
-        fed = _Fed(self.reports(topologies), node_readiness(nodes), None, node_label_map(nodes))
-        fed.agent_ready = None if agent_ready is None else dict(agent_ready)
-        last, before = self._last, self._fed
+        """The desired state for the current view. `changed`: the node names whose NodeTopology,
+        Node or agent pod changed since the previous call (the informers' keys); only those are
+        looked at. None: unknown, so the whole view is compared with the previous one."""
+        try:
+            desired = self._compute(topologies, nodes, agent_ready, now, changed)
+        except BaseException:
+            self._fed = self._last = None  # half-applied changes: the next call starts afresh
+            raise
+        if self._stale:
+            desired = dataclasses.replace(desired, warnings=(*desired.warnings, *self._stale))
+        return desired
+
+    def _compute(
+        self,
+        topologies: Mapping[str, Obj],
+        nodes: Mapping[str, Obj],
+        agent_ready: Mapping[str, bool] | None,
+        now: float,
+        changed: Collection[str] | None,
+    ) -> Desired:
         refreshed = self._refresh_sources(now)  # every source, every cycle: cheap generation checks
+        before, last = self._fed, self._last
+        tracking = before is not None and (before.agent_ready is None) == (agent_ready is None)
+        if before is None or last is None or changed is None or not tracking:
+            fed = _Fed(self.reports(topologies), node_readiness(nodes), None, node_label_map(nodes))
+            fed.agent_ready = None if agent_ready is None else dict(agent_ready)
+            names = set() if before is None else _names(before) | _names(fed)
+            old = {} if before is None else {n: _values(before, n) for n in names}
+        else:
+            fed = before  # patched in place at the changed names only
+            old = {n: _values(fed, n) for n in changed}
+            self._patch(fed, changed, topologies, nodes, agent_ready)
+        moved = {n for n, was in old.items() if _values(fed, n) != was}
+        self._fed = fed
         if (
             refreshed
             or last is None
             or before is None
+            or not tracking
             or now - self._built_at >= self.resync
-            or self._needs_rebuild(before, fed)
+            or self._needs_rebuild(old, fed, moved)
         ):
             desired = self._rebuild(fed, now)
         else:
-            desired = self._fast(before, fed, now)
+            desired = self._fast(old, fed, moved, last, now)
             if desired.next_deadline is not None and desired.next_deadline <= now:
                 desired = self.pipeline.refresh(now)
-        self._fed, self._last = fed, desired
-        if self._stale:
-            desired = dataclasses.replace(desired, warnings=(*desired.warnings, *self._stale))
+        self._last = desired
         return desired
+
+    def _patch(
+        self,
+        fed: _Fed,
+        changed: Collection[str],
+        topologies: Mapping[str, Obj],
+        nodes: Mapping[str, Obj],
+        agent_ready: Mapping[str, bool] | None,
+    ) -> None:
+        """Brings the fed state up to date at the changed node names only."""
+        for name in changed:
+            report = self._report(name, topologies.get(name))
+            _put(fed.reports, name, report)
+            node = nodes.get(name)
+            _put(fed.node_ready, name, None if node is None else node_readiness({name: node}).get(name))
+            _put(fed.node_labels, name, None if node is None else node_label_map({name: node})[name])
+            if fed.agent_ready is not None and agent_ready is not None:
+                _put(fed.agent_ready, name, agent_ready.get(name))
 
     def _refresh_sources(self, now: float) -> bool:
         """Live sources take their latest good facts (True: some changed); stale ones are noted."""
@@ -123,14 +180,16 @@ class PipelineFeed:
         self._stale = tuple(f"source {s.name}: {why}" for s in self.sources for why in [s.stale()] if why)
         return changed
 
-    def _needs_rebuild(self, before: _Fed, now: _Fed) -> bool:
-        if (before.agent_ready is None) != (now.agent_ready is None):
+    def _needs_rebuild(self, old: Mapping[str, _Values], fed: _Fed, moved: set[str]) -> bool:
+        if len(moved) > FULL_REBUILD_ABOVE:
             return True
-        if self._labels_matter and before.node_labels != now.node_labels:
-            return True
-        if before.node_ready.keys() != now.node_ready.keys():
-            return True  # a Node joined or left: membership may move
-        return len(_changed(before, now)) > FULL_REBUILD_ABOVE
+        for node in moved:
+            was = old[node]
+            if (was[1] is None) != (node not in fed.node_ready):
+                return True  # a Node joined or left: membership may move
+            if self._labels_matter and was[3] != fed.node_labels.get(node):
+                return True
+        return False
 
     def _rebuild(self, fed: _Fed, now: float) -> Desired:
         self.full_rebuilds += 1
@@ -144,17 +203,16 @@ class PipelineFeed:
         )
         return self.pipeline.compute(inputs, now)
 
-    def _fast(self, before: _Fed, fed: _Fed, now: float) -> Desired:
-        desired = self._last
-        assert desired is not None
-        for node in sorted(_changed(before, fed)):
-            if before.reports.get(node) is not fed.reports.get(node):
+    def _fast(
+        self, old: Mapping[str, _Values], fed: _Fed, moved: set[str], last: Desired, now: float
+    ) -> Desired:
+        desired = last
+        for node in sorted(moved):
+            report, ready, agent, _labels = old[node]
+            if report is not fed.reports.get(node):
                 desired = self.pipeline.update_report(node, fed.reports.get(node), now)
-            agents_before, agents_now = before.agent_ready or {}, fed.agent_ready or {}
-            if (before.node_ready.get(node), agents_before.get(node)) != (
-                fed.node_ready.get(node),
-                agents_now.get(node),
-            ):
+            agents_now = fed.agent_ready or {}
+            if (ready, agent) != (fed.node_ready.get(node), agents_now.get(node)):
                 desired = self.pipeline.update_node(
                     node,
                     now,
@@ -164,15 +222,23 @@ class PipelineFeed:
         return desired
 
 
-def _changed(before: _Fed, now: _Fed) -> set[str]:
-    """Nodes whose report (by identity: reports are cached per resourceVersion) or readiness moved."""
-    names = before.reports.keys() | now.reports.keys() | before.node_ready.keys() | now.node_ready.keys()
-    agents_before, agents_now = before.agent_ready or {}, now.agent_ready or {}
-    names |= agents_before.keys() | agents_now.keys()
-    return {
-        n
-        for n in names
-        if before.reports.get(n) is not now.reports.get(n)
-        or before.node_ready.get(n) != now.node_ready.get(n)
-        or agents_before.get(n) != agents_now.get(n)
-    }
+_Values = tuple[NodeReport | None, bool | None, bool | None, dict[str, str] | None]
+
+
+def _values(fed: _Fed, node: str) -> _Values:
+    """One node's inputs (the report by identity: reports are cached per resourceVersion)."""
+    agents = fed.agent_ready or {}
+    return (fed.reports.get(node), fed.node_ready.get(node), agents.get(node), fed.node_labels.get(node))
+
+
+def _names(fed: _Fed) -> set[str]:
+    return (
+        fed.reports.keys() | fed.node_ready.keys() | (fed.agent_ready or {}).keys() | fed.node_labels.keys()
+    )
+
+
+def _put(values: dict[str, Any], key: str, value: Any) -> None:
+    if value is None:
+        values.pop(key, None)
+    else:
+        values[key] = value

@@ -15,7 +15,9 @@ Why this shape:
 - Every write first asks `may_write()` (the leader elector), so a replica that lost its lease
   stops between two writes, not after the cycle.
 
-`plan` is pure; `Applier` drives a `HyperNodeStore` (the Kubernetes adapter, or a test double).
+`plan` is pure and is what happens: `Applier.apply` makes the plan and carries it out step by step
+through a `HyperNodeStore` (the Kubernetes adapter, or a test double), re-planning only an object
+whose write met a 409.
 """
 
 from __future__ import annotations
@@ -217,19 +219,29 @@ class Applier:
         self.conflict_retries = conflict_retries
 
     def apply(self, desired: Sequence[Mapping[str, Any]], live: Mapping[str, Mapping[str, Any]]) -> Outcome:
+        """Carries out `plan(desired, live)`: creates, spec and status writes, deletes, in that
+        order; clashes are reported, never written. A 409 re-reads that one object and plans it
+        again (`_converge`)."""
+        return self.execute(plan(desired, live), desired, live)
+
+    def execute(
+        self, todo: Plan, desired: Sequence[Mapping[str, Any]], live: Mapping[str, Mapping[str, Any]]
+    ) -> Outcome:
+        """Carries out a plan made from these desired and live objects."""
         outcome = Outcome()
-        wanted = {_meta(d)["name"] for d in desired}
-        for obj in desired:
-            name = _meta(obj)["name"]
+        for name in todo.clashes:
+            log.error("HyperNode %s exists without hypertopo's ownership labels; leaving it alone", name)
+            outcome.clashes.append(name)
+        by_name = {_meta(d)["name"]: d for d in desired}
+        touched = dict.fromkeys((*todo.create, *todo.update_spec, *todo.update_status))  # plan order, once
+        for name in touched:
             try:
-                self._converge(obj, live.get(name), outcome)
+                self._converge(by_name[name], live.get(name), outcome)
             except ApiError as exc:
                 self._failed(outcome, name, exc)
-        for name, current in sorted(live.items()):
-            if name in wanted or not is_owned(current):
-                continue
+        for name in todo.delete:
             try:
-                self._remove(name, current, outcome)
+                self._remove(name, live[name], outcome)
             except ApiError as exc:
                 self._failed(outcome, name, exc)
         return outcome
@@ -254,6 +266,8 @@ class Applier:
             raise
 
     def _converge(self, desired: Mapping[str, Any], live: Mapping[str, Any] | None, outcome: Outcome) -> None:
+        """One planned object: its create, spec and status steps (`plan` of it alone); on a 409
+        the object is re-read and planned again."""
         name = _meta(desired)["name"]
         for _ in range(self.conflict_retries + 1):
             try:
@@ -268,21 +282,24 @@ class Applier:
 
     def _converge_once(self, desired: Mapping[str, Any], live: Mapping[str, Any] | None, outcome: Outcome) -> None:
         name = _meta(desired)["name"]
-        if live is not None and not is_owned(live):
+        steps = plan([desired], {} if live is None else {name: live})
+        if steps.clashes:  # after a re-read: someone else's object took the name meanwhile
             log.error("HyperNode %s exists without hypertopo's ownership labels; leaving it alone", name)
             outcome.clashes.append(name)
             return None
         current: Obj | None = dict(live) if live is not None else None
-        if current is None:
+        if steps.create:
             self._check_leader()
             current = outcome.written[name] = self.store.create(spec_body(desired, None))
             outcome.writes["create"] += 1
-        elif needs_spec(desired, current):
+        elif steps.update_spec:
+            assert current is not None
             self._check_leader()
             body = spec_body(desired, _meta(current).get("resourceVersion"))
             current = outcome.written[name] = self.store.apply(body)
             outcome.writes["apply"] += 1
-        if needs_status(desired, current):
+        # the status step, against the object as the steps above left it (a create writes no status)
+        if current is not None and needs_status(desired, current):
             self._check_leader()
             current = outcome.written[name] = self.store.apply_status(status_body(desired, current))
             outcome.writes["apply-status"] += 1

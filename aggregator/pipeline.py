@@ -43,7 +43,7 @@ from aggregator.sources.labels import LabelLevels
 from aggregator.sources.model import ModelFile
 from aggregator.sources.nodetopology import NodeReports
 from aggregator.sources.switch_lldp import SwitchTable, SwitchTables
-from aggregator.tiers import DomainTree, infer
+from aggregator.tiers import DomainTree, NodeClasses, infer, signature_of
 
 NODE_LABEL_PREFIX = "hypertopo.io/"
 CABLING = "Cabling"  # member health cause: a node lacks cables its leaf domain's other nodes have
@@ -146,6 +146,8 @@ class Pipeline:
         self.degraded = DegradedConditions(Threshold(degraded_threshold), HoldDown(hold_down_seconds))
         self._inputs: ClusterInputs | None = None
         self._graph = FabricGraph()
+        self._classes = NodeClasses()
+        self.full_computes = 0  # how often everything was rebuilt (the fast paths avoid it)
         self._tree: DomainTree | None = None
         self._names: dict[str, str] = {}
         self._health: dict[str, MemberHealth] = {}
@@ -163,8 +165,10 @@ class Pipeline:
             node_ready=dict(inputs.node_ready),
             agent_ready=None if inputs.agent_ready is None else dict(inputs.agent_ready),
         )
+        self.full_computes += 1
         self._graph = build_graph(self._inputs)
-        tree = self._tree = infer(self._graph)
+        self._classes = NodeClasses.of(self._graph)
+        tree = self._tree = infer(self._graph, self._classes)
         self._names = hypernodes.names(tree)
         self._health = {n: self._member(n) for n in self._graph.nodes}
         self._unhealthy = {n for n, h in self._health.items() if h.state is MemberState.UNHEALTHY}
@@ -188,33 +192,48 @@ class Pipeline:
 
     # -- fast paths -----------------------------------------------------------------------------
     def update_report(self, node: str, report: NodeReport | None, now: float) -> Desired:
-        """One node's NodeTopology changed (None: deleted)."""
+        """One node's NodeTopology changed (None: deleted).
+
+        Health alone: only the node's domains are re-evaluated. Its cabling or NVLink clique: the
+        node moves to the class of its new signature, inference runs over the classes again, and
+        only domains whose classes changed are rebuilt and re-rendered (`_restructure`). A new
+        node, a deleted report or changed HCA GUIDs (what dumps and UFM join on) rebuild all."""
         inputs = self._require_inputs()
-        reports = dict(inputs.reports)
+        reports = inputs.reports
+        assert isinstance(reports, dict)  # compute() took a copy of its own
         if report is None:
             reports.pop(node, None)
         else:
             reports[node] = report
-        self._inputs = dataclasses.replace(inputs, reports=reports)
         old = self._graph.facts.get(node)
         new = self._reports_source().facts(report) if report is not None else None
-        if node not in self._graph.nodes or old != new:
-            return self.compute(self._inputs, now)
-        return self._refresh_node(node, now)
+        if node not in self._graph.nodes or new is None:
+            return self.compute(inputs, now)
+        if old == new:
+            return self._refresh_node(node, now)
+        if (old.guids if old is not None else frozenset()) != new.guids:
+            return self.compute(inputs, now)
+        self._graph.set_node_facts(node, new)
+        dirty = self._classes.move(node, signature_of(self._graph, node))
+        if not dirty:
+            return self._refresh_node(node, now)
+        return self._restructure(dirty, node, now)
 
     def update_node(
         self, node: str, now: float, *, node_ready: bool | None = None, agent_ready: bool | None = None
     ) -> Desired:
         """A Node's Ready condition or its agent pod's readiness changed."""
         inputs = self._require_inputs()
-        changes: dict[str, Any] = {}
         if node_ready is not None:
-            changes["node_ready"] = {**inputs.node_ready, node: node_ready}
+            assert isinstance(inputs.node_ready, dict)  # compute() took a copy of its own
+            inputs.node_ready[node] = node_ready
         if agent_ready is not None:
-            changes["agent_ready"] = {**(inputs.agent_ready or {}), node: agent_ready}
-        self._inputs = dataclasses.replace(inputs, **changes)
+            if inputs.agent_ready is None:
+                self._inputs = inputs = dataclasses.replace(inputs, agent_ready={})
+            assert isinstance(inputs.agent_ready, dict)
+            inputs.agent_ready[node] = agent_ready
         if node not in self._graph.nodes:
-            return self.compute(self._inputs, now)
+            return self.compute(inputs, now)
         return self._refresh_node(node, now)
 
     # -- internals ------------------------------------------------------------------------------
@@ -242,7 +261,12 @@ class Pipeline:
         return MemberHealth(MemberState.UNHEALTHY, (*health.problems, problem), health.causes | {CABLING})
 
     def _refresh_node(self, node: str, now: float) -> Desired:
-        health = self._health[node] = self._member(node)
+        self._note(node, self._member(node))
+        assert self._tree is not None
+        return self._rerender(self._tree.domains_of(node), now)
+
+    def _note(self, node: str, health: MemberHealth) -> None:
+        self._health[node] = health
         self.degraded.note(node, health)
         for state, members in (
             (MemberState.UNHEALTHY, self._unhealthy),
@@ -252,10 +276,67 @@ class Pipeline:
                 members.add(node)
             else:
                 members.discard(node)
-        assert self._tree is not None
-        return self._rerender(self._tree.domains_of(node), now)
+
+    def _restructure(self, dirty: set[str], node: str, now: float) -> Desired:
+        """Re-infers after `node` moved between classes (`dirty`), reusing what did not change."""
+        old = self._tree
+        assert old is not None
+        tree = self._tree = infer(self._graph, self._classes, previous=old, dirty=dirty)
+        changed_keys = {k for k, td in tree.domains.items() if old.domains.get(k) != td}
+        removed = old.domains.keys() - tree.domains.keys()
+        names: set[str] = set()
+        for key in removed:
+            names.add(self._names[key])
+            self._objects.pop(self._names.pop(key), None)
+        for key in changed_keys - self._names.keys():
+            td = tree.domains[key]
+            self._names[key] = hypernodes.domain_name(td.domain.kind, td.domain.identity)
+        # members whose health may have moved: the node, and those whose missing cables changed
+        members = {node} | {
+            n
+            for n in old.uncabled.keys() | tree.uncabled.keys()
+            if old.uncabled.get(n) != tree.uncabled.get(n)
+        }
+        for member in members:
+            self._note(member, self._member(member))
+        self.hold.forget(tree.domains)
+        self.degraded.hold.forget(tree.domains)
+        keys = set(changed_keys)
+        for member in members:
+            keys.update(tree.domains_of(member))
+        names |= self._render(sorted(keys), now)
+        if removed or changed_keys - old.domains.keys():
+            self._order = sorted(self._objects)
+        self._relabel(old, tree, changed_keys, removed, members)
+        return self._desired(frozenset(names))
+
+    def _relabel(
+        self, old: DomainTree, tree: DomainTree, changed: set[str], removed: set[str], members: set[str]
+    ) -> None:
+        """Node labels of the nodes whose chain of domains may have changed (copy on write)."""
+        touched = set(members)
+        for key in changed:
+            before = old.domains.get(key)
+            now_nodes = tree.domains[key].domain.nodes
+            touched |= now_nodes if before is None else now_nodes ^ before.domain.nodes
+            if before is not None and before.parent != tree.domains[key].parent:
+                touched |= now_nodes
+        for key in removed:
+            touched |= old.domains[key].domain.nodes
+        labels = dict(self._node_labels)
+        for n in touched:
+            keys = tree.domains_of(n)
+            if keys:
+                labels[n] = {NODE_LABEL_PREFIX + tree.domains[k].tier_name: self._names[k] for k in keys}
+            else:
+                labels.pop(n, None)
+        self._node_labels = labels
 
     def _rerender(self, keys: list[str], now: float) -> Desired:
+        return self._desired(frozenset(self._render(keys, now)))
+
+    def _render(self, keys: list[str], now: float) -> set[str]:
+        """Re-renders these domains; returns the names whose objects changed."""
         changed = set()
         for key in keys:
             name = self._names[key]
@@ -263,7 +344,7 @@ class Pipeline:
             if obj != self._objects.get(name):
                 self._objects[name] = obj
                 changed.add(name)
-        return self._desired(frozenset(changed))
+        return changed
 
     def _condition(self, key: str, now: float) -> tuple[Condition, Condition]:
         """Ready and FabricDegraded."""

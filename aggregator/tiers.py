@@ -28,12 +28,20 @@ then accepted smallest rank first, and a domain whose node set equals an accepte
 it (an NVL72 rack that is exactly one leaf is one HyperNode, named after its lowest kind), while one
 that partly overlaps an accepted domain would break the tree and is dropped, with the reason.
 Nodes without a domain at some level simply join the next level up.
+
+Inference never looks at nodes one by one: nodes alike in everything it reads (the switches they
+are cabled to, their NVLink clique, their label path) form a class (`NodeClasses`), and the
+candidates, levels and nesting are worked out over classes, each weighing its number of nodes.
+A GB200 rack is one class of 18 nodes, so 100,000 nodes are ~5,600 classes. The classes are kept
+up to date node by node (`NodeClasses.move`), so a node whose cabling or NVLink clique changes
+moves between two classes, inference runs again over the classes, and only the domains whose
+classes changed get new node sets (`infer(..., previous=, dirty=)`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -41,6 +49,68 @@ from aggregator.graph import FabricGraph
 
 NVLINK = "nvlink"
 K = TypeVar("K")
+
+# what inference reads of a node: attached switches, NVLink clique, label path
+Signature = tuple[frozenset[str], str | None, tuple[tuple[str, str], ...]]
+
+
+def signature_of(graph: FabricGraph, node: str) -> Signature:
+    return (graph.attached_switches(node), graph.nvlink_of(node), graph.label_paths.get(node, ()))
+
+
+@dataclass
+class NodeClasses:
+    """The graph's nodes grouped by signature; a class id stands for all its nodes in inference.
+
+    Ids are "c<number>", given when a signature first appears and kept while it has nodes, so an
+    unchanged class keeps its id across updates (how `infer` knows what it may reuse)."""
+
+    members: dict[str, set[str]] = field(default_factory=dict)  # class id -> nodes
+    signature: dict[str, Signature] = field(default_factory=dict)  # class id -> signature
+    of_signature: dict[Signature, str] = field(default_factory=dict)
+    of_node: dict[str, str] = field(default_factory=dict)  # node -> class id
+    _next: int = 0
+
+    @classmethod
+    def of(cls, graph: FabricGraph) -> NodeClasses:
+        classes = cls()
+        for node in sorted(graph.nodes):
+            classes.move(node, signature_of(graph, node))
+        return classes
+
+    def move(self, node: str, signature: Signature | None) -> set[str]:
+        """Puts the node in the class of `signature` (None: removes it); returns the class ids
+        whose membership changed (empty when the node stays where it was)."""
+        old = self.of_node.get(node)
+        if old is not None and signature is not None and self.signature[old] == signature:
+            return set()
+        dirty = set()
+        if old is not None:
+            dirty.add(old)
+            del self.of_node[node]
+            members = self.members[old]
+            members.discard(node)
+            if not members:
+                del self.members[old]
+                del self.of_signature[self.signature.pop(old)]
+        if signature is not None:
+            cid = self.of_signature.get(signature)
+            if cid is None:
+                cid = f"c{self._next}"
+                self._next += 1
+                self.of_signature[signature] = cid
+                self.signature[cid] = signature
+                self.members[cid] = set()
+            self.members[cid].add(node)
+            self.of_node[node] = cid
+            dirty.add(cid)
+        return dirty
+
+    def weight(self, cid: str) -> int:
+        return len(self.members[cid])
+
+    def switches(self, cid: str) -> frozenset[str]:
+        return self.signature[cid][0]
 
 
 def switch_kind(level: int) -> str:
@@ -83,6 +153,8 @@ class DomainTree:
     # node -> leaves of its leaf domain it has no cable to (a cable down, an HCA out): a fault of
     # that node, not a domain of its own
     uncabled: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # what the domains were made of, so the next inference can reuse unchanged node sets
+    class_sets: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
     def ancestors(self, key: str) -> list[str]:
         """The key itself and every domain above it, innermost first."""
@@ -110,8 +182,8 @@ def _group(pairs: Iterable[tuple[str, K | None]]) -> dict[K, set[str]]:
     return groups
 
 
-def _nvlink_domains(graph: FabricGraph) -> list[Domain]:
-    groups = _group((n, graph.nvlink_of(n)) for n in graph.nodes)
+def _nvlink_domains(classes: NodeClasses) -> list[Domain]:
+    groups = _group((c, sig[1]) for c, sig in classes.signature.items())
     return [Domain(f"{NVLINK}:{d}", NVLINK, (str(d),), frozenset(ns)) for d, ns in groups.items()]
 
 
@@ -237,17 +309,22 @@ def _promoted(graph: FabricGraph, hosts_on: Mapping[str, int]) -> set[str]:
     return {s for s, peers in neighbours.items() if len(peers) >= 2 and len(peers) > hosts_on[s]}
 
 
-def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int, dict[str, tuple[str, ...]]]:
+def _switch_domains(
+    graph: FabricGraph, classes: NodeClasses
+) -> tuple[list[Domain], int, dict[str, tuple[str, ...]]]:
     """Leaf domains and the domains of every level above them; also the number of levels and the
-    nodes cabled to only part of their leaf domain's leaves (see `_leaf_groups`)."""
-    attached = {n: graph.attached_switches(n) for n in graph.nodes}
+    classes cabled to only part of their leaf domain's leaves (see `_leaf_groups`)."""
+    attached = {c: sig[0] for c, sig in classes.signature.items()}
     hosts_on: dict[str, int] = defaultdict(int)
-    for switches in attached.values():
+    for cid, switches in attached.items():
+        weight = classes.weight(cid)
         for switch in switches:
-            hosts_on[switch] += 1
+            hosts_on[switch] += weight
     promoted = _promoted(graph, hosts_on)
     # a node's leaf set leaves out spines it is also cabled to; a node only on spines has no leaf
-    leaf_groups, uncabled = _leaf_groups({n: (sw - promoted) or sw for n, sw in attached.items() if sw})
+    leaf_groups, uncabled = _leaf_groups(
+        {c: (sw - promoted) or sw for c, sw in attached.items() if sw}, classes.weight
+    )
     domains = [
         Domain("leaf:" + "+".join(sorted(sw)), "leaf", tuple(sorted(sw)), frozenset(ns))
         for sw, ns in leaf_groups.items()
@@ -270,7 +347,7 @@ def _switch_domains(graph: FabricGraph) -> tuple[list[Domain], int, dict[str, tu
 
 
 def _leaf_groups(
-    leaf_sets: Mapping[str, frozenset[str]],
+    leaf_sets: Mapping[str, frozenset[str]], weight: Callable[[str], int] = lambda _c: 1
 ) -> tuple[dict[frozenset[str], set[str]], dict[str, tuple[str, ...]]]:
     """Nodes grouped by the leaves they share, and the leaves each grouped node lacks.
 
@@ -283,17 +360,19 @@ def _leaf_groups(
     leaves shares only half its leaves with either leaf's nodes, and they half of theirs with it,
     so it stays a group of its own, as does a node with half its rails down."""
     exact = _group(leaf_sets.items())
+    size = {sw: sum(weight(c) for c in members) for sw, members in exact.items()}  # nodes, not classes
     groups: dict[frozenset[str], set[str]] = {}
     holding: dict[str, list[frozenset[str]]] = defaultdict(list)  # leaf -> groups with it
     uncabled: dict[str, tuple[str, ...]] = {}
-    for switches in sorted(exact, key=lambda sw: (-len(exact[sw]), -len(sw), sorted(sw))):
+    for switches in sorted(exact, key=lambda sw: (-size[sw], -len(sw), sorted(sw))):
         shared: dict[frozenset[str], int] = defaultdict(int)
         for leaf in switches:
             for group in holding[leaf]:
                 shared[group] += 1
-        best = min(shared, key=lambda g: (-shared[g], -len(groups[g]), sorted(g)), default=None)
+        best = min(shared, key=lambda g: (-shared[g], -size[g], sorted(g)), default=None)
         if best is not None and 2 * shared[best] > max(len(switches), len(best)):
             groups[best] |= exact[switches]
+            size[best] += size[switches]
             missing = tuple(sorted(best - switches))
             if missing:
                 uncabled.update(dict.fromkeys(exact[switches], missing))
@@ -344,12 +423,13 @@ def _level_domains(
     ]
 
 
-def _label_domains(graph: FabricGraph, first_level: int) -> list[Domain]:
+def _label_domains(graph: FabricGraph, classes: NodeClasses, first_level: int) -> list[Domain]:
     domains: list[Domain] = []
     depth = len(graph.label_levels)
+    paths = {c: sig[2] for c, sig in classes.signature.items() if sig[2]}
     for index in range(depth):
         kind = switch_kind(first_level + depth - 1 - index)  # finest label is the lowest
-        groups = _group((n, path[: index + 1]) for n, path in graph.label_paths.items() if len(path) > index)
+        groups = _group((c, path[: index + 1]) for c, path in paths.items() if len(path) > index)
         for path, nodes in groups.items():
             identity = tuple(f"{k}={v}" for k, v in path)
             domains.append(Domain(f"{kind}:label:" + "/".join(identity), kind, identity, frozenset(nodes)))
@@ -391,28 +471,36 @@ def _ranked_kinds(candidates: list[Domain], switch_levels: int, label_levels: in
 
 @dataclass
 class _Nesting:
-    top: dict[str, str]  # node -> key of the largest accepted domain holding it
-    accepted: dict[str, Domain]
-    parent: dict[str, str]
-    children: dict[str, list[str]]
-    direct: dict[str, list[str]]
-    merged: dict[str, list[str]]
-    dropped: list[tuple[str, str]]
+    """Domains (over classes) accepted smallest rank first; counts are of nodes (class weights)."""
+
+    weight: Callable[[str], int]
+    top: dict[str, str] = field(
+        default_factory=dict
+    )  # class -> key of the largest accepted domain holding it
+    accepted: dict[str, Domain] = field(default_factory=dict)
+    size: dict[str, int] = field(default_factory=dict)  # accepted key -> its number of nodes
+    parent: dict[str, str] = field(default_factory=dict)
+    children: dict[str, list[str]] = field(default_factory=dict)
+    direct: dict[str, list[str]] = field(default_factory=dict)
+    merged: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    dropped: list[tuple[str, str]] = field(default_factory=list)
 
     def offer(self, domain: Domain) -> None:
         inside: dict[str | None, int] = defaultdict(int)
         for node in domain.nodes:
-            inside[self.top.get(node)] += 1
-        for key, count in inside.items():
-            if key is not None and count != len(self.accepted[key].nodes):
-                self.dropped.append((domain.key, f"partly overlaps {key}; kept {key}"))
-                return
+            inside[self.top.get(node)] += self.weight(node)
+        overlapped = sorted(k for k, count in inside.items() if k is not None and count != self.size[k])
+        if overlapped:  # the first by name, so the reason does not depend on set order
+            key = overlapped[0]
+            self.dropped.append((domain.key, f"partly overlaps {key}; kept {key}"))
+            return
         if len(inside) == 1 and None not in inside:
             (same,) = inside
             assert same is not None
             self.merged[same].append(domain.key)  # same node set: one HyperNode
             return
         self.accepted[domain.key] = domain
+        self.size[domain.key] = sum(inside.values())
         self.children[domain.key] = sorted(k for k in inside if k is not None)
         self.direct[domain.key] = sorted(n for n in domain.nodes if n not in self.top)
         for child in self.children[domain.key]:
@@ -421,33 +509,91 @@ class _Nesting:
             self.top[node] = domain.key
 
 
-def candidates(graph: FabricGraph) -> tuple[list[Domain], list[str], dict[str, tuple[str, ...]]]:
-    """Every candidate domain, the cluster's ranked kinds (lowest first), and the nodes cabled to
-    only part of their leaf domain's leaves."""
-    switch_domains, switch_levels, uncabled = _switch_domains(graph)
-    label_domains = _label_domains(graph, switch_levels)
-    found = _nvlink_domains(graph) + switch_domains + label_domains
+def candidates(
+    graph: FabricGraph, classes: NodeClasses | None = None
+) -> tuple[list[Domain], list[str], dict[str, tuple[str, ...]]]:
+    """Every candidate domain (over class ids), the cluster's ranked kinds (lowest first), and the
+    classes cabled to only part of their leaf domain's leaves."""
+    classes = classes if classes is not None else NodeClasses.of(graph)
+    switch_domains, switch_levels, uncabled = _switch_domains(graph, classes)
+    label_domains = _label_domains(graph, classes, switch_levels)
+    found = _nvlink_domains(classes) + switch_domains + label_domains
     return found, _ranked_kinds(found, switch_levels, len(graph.label_levels)), uncabled
 
 
-def infer(graph: FabricGraph) -> DomainTree:
-    found, kinds, uncabled = candidates(graph)
+def infer(
+    graph: FabricGraph,
+    classes: NodeClasses | None = None,
+    *,
+    previous: DomainTree | None = None,
+    dirty: Set[str] = frozenset(),
+) -> DomainTree:
+    """The domain tree of the graph. With the graph's `classes` kept up to date, `previous` (the
+    last tree) and `dirty` (the class ids whose members changed since), a domain made of the same
+    classes, none of them dirty, keeps its node set from `previous` instead of rebuilding it."""
+    classes = classes if classes is not None else NodeClasses.of(graph)
+    found, kinds, uncabled = candidates(graph, classes)
     rank = {kind: i for i, kind in enumerate(kinds)}
-    nest = _Nesting({}, {}, {}, {}, {}, defaultdict(list), [])
+    nest = _Nesting(classes.weight)
     for domain in sorted(found, key=lambda d: (rank[d.kind], d.key)):
         nest.offer(domain)
     used = [k for k in kinds if any(d.kind == k for d in nest.accepted.values())]
     tier = {kind: i + 1 for i, kind in enumerate(used)}
-    domains = {
-        key: TreeDomain(
-            domain=d,
+    expand = _Expansion(classes, previous, dirty)
+    domains = {}
+    for key, d in nest.accepted.items():
+        nodes, direct = expand.nodes(key, d.nodes, frozenset(nest.direct[key]))
+        domains[key] = TreeDomain(
+            domain=Domain(d.key, d.kind, d.identity, nodes),
             tier=tier[d.kind],
             parent=nest.parent.get(key),
             children=tuple(nest.children[key]),
-            direct_nodes=tuple(nest.direct[key]),
+            direct_nodes=direct,
             merged=tuple(nest.merged.get(key, ())),
         )
-        for key, d in nest.accepted.items()
-    }
-    lowest = {n: key for key, td in domains.items() for n in td.direct_nodes}
-    return DomainTree(domains, tuple(used), lowest, tuple(nest.dropped), uncabled)
+    lowest = _Lowest({c: key for key, cids in nest.direct.items() for c in cids}, dict(classes.of_node))
+    node_uncabled = {n: missing for c, missing in uncabled.items() for n in classes.members[c]}
+    return DomainTree(domains, tuple(used), lowest, tuple(nest.dropped), node_uncabled, expand.made)
+
+
+@dataclass
+class _Expansion:
+    """Class ids -> node sets, reusing the previous tree's where the classes did not change."""
+
+    classes: NodeClasses
+    previous: DomainTree | None
+    dirty: Set[str]
+    made: dict[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+
+    def nodes(
+        self, key: str, cids: frozenset[str], direct: frozenset[str]
+    ) -> tuple[frozenset[str], tuple[str, ...]]:
+        self.made[key] = (cids, direct)
+        before = self.previous.domains.get(key) if self.previous is not None else None
+        if (
+            before is not None
+            and self.previous is not None
+            and self.previous.class_sets.get(key) == (cids, direct)
+            and not (cids & self.dirty)
+        ):
+            return before.domain.nodes, before.direct_nodes
+        members = self.classes.members
+        nodes = frozenset().union(*(members[c] for c in cids))
+        return nodes, tuple(sorted(n for c in direct for n in members[c]))
+
+
+class _Lowest(Mapping[str, str]):
+    """node -> key of the smallest domain holding it, through the node's class."""
+
+    def __init__(self, by_class: dict[str, str], of_node: dict[str, str]) -> None:
+        self._by_class = by_class
+        self._of_node = of_node
+
+    def __getitem__(self, node: str) -> str:
+        return self._by_class[self._of_node[node]]
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n, c in self._of_node.items() if c in self._by_class)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

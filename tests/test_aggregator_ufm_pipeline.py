@@ -7,6 +7,9 @@ stale; before UFM ever answered the source is not ready (the controller waits)."
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,3 +130,43 @@ def test_an_unreadable_ca_bundle_or_a_bad_interval_is_an_option_error(tmp_path: 
                      live=True)  # fmt: skip
     with pytest.raises(OptionError, match="--ufm-interval and --ufm-timeout must be positive"):
         load_sources(options("--ufm-url", "https://ufm.example.com", "--ufm-interval", "0"), live=True)
+
+
+def _render(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "aggregator", "render", "--format", "json", *args],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def untimed(doc: dict[str, Any]) -> dict[str, Any]:
+    """The List without the conditions' lastTransitionTime (each render stamps its own clock)."""
+    for item in doc["items"]:
+        for cond in item["status"]["conditions"]:
+            del cond["lastTransitionTime"]
+    return doc
+
+
+def test_render_takes_saved_ufm_listings_and_prints_the_dumps_tree(tmp_path: Path) -> None:
+    """Without a cluster: the hosts UFM names are the nodes, as for a dump."""
+    saved = tmp_path / "ufm"
+    saved.mkdir()
+    for name, items in listings(RAIL).items():
+        (saved / f"{name}.json").write_text(json.dumps(items))
+    one_file = tmp_path / "ufm.json"
+    one_file.write_text(json.dumps(listings(RAIL, with_systems=False)))
+    dump = tmp_path / "fabric.topo"
+    dump.write_text(ibnetdiscover_dump(RAIL))
+    want = _render("--ibnetdiscover", str(dump))
+    assert want.returncode == 0, want.stderr
+    for path in (saved, one_file):
+        got = _render("--ufm-json", str(path))
+        assert got.returncode == 0, got.stderr
+        assert untimed(json.loads(got.stdout)) == untimed(json.loads(want.stdout))
+    assert [o["spec"]["tierName"] for o in json.loads(want.stdout)["items"]] == ["leaf", "leaf", "spine"]
+
+
+def test_saved_ufm_listings_that_are_not_json_are_refused_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "ufm.json"
+    bad.write_text("<html>login</html>")
+    proc = _render("--ufm-json", str(bad))
+    assert proc.returncode == 1
+    assert f"{bad}: cannot read UFM listings: Expecting value" in proc.stderr and "Traceback" not in proc.stderr

@@ -322,7 +322,8 @@ def _differs(old: ufm.UfmFabric, new: ufm.UfmFabric) -> bool:
 
 
 class UfmSource(Source):
-    """UFM's REST API as a live fabric source of `hypertopo-aggregator run` (see the module doc).
+    """UFM's REST API as a live fabric source of `hypertopo-aggregator run` (see the module doc), or
+    its listings saved to files (`--ufm-json`, for `render` too: read once, never stale).
 
     Until UFM has answered once there are no facts to build on, and a tree built without them
     would drop every HyperNode UFM's cabling gave (spines, cores): `ready()` is False until then,
@@ -331,18 +332,21 @@ class UfmSource(Source):
 
     name = SOURCE
 
-    def __init__(self, poller: UfmPoller, host_names: HostNames | None = None) -> None:
-        self.poller = poller
+    def __init__(
+        self, poller: UfmPoller | None, host_names: HostNames | None = None, facts: ufm.UfmFabric | None = None
+    ) -> None:
+        self.poller = poller  # None: listings saved to a file (--ufm-json), read once
         self.host_names = host_names or HostNames()
         self._generation = 0
-        self._facts: ufm.UfmFabric | None = None
-        self._since: float | None = None  # when the current run of failures began
+        self._facts = facts
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
+        add = parser.add_argument
+        add("--ufm-json", metavar="PATH", help="UFM's REST listings saved as JSON: one file {\"ports\": [...], "
+            "\"links\": [...], \"systems\": [...]} or a directory of ports.json, links.json, systems.json")  # fmt: skip
         if not live:
             return  # `render` reads files only
-        add = parser.add_argument
         add("--ufm-url", metavar="URL", help="NVIDIA UFM to poll for the fabric (https://HOST; REST listings "
             "ports, links, systems): switch cabling, HCA ports, port state as node health")  # fmt: skip
         add("--ufm-credentials", metavar="DIR", help="directory of the mounted UFM Secret: files `username` and "
@@ -358,7 +362,11 @@ class UfmSource(Source):
 
     @classmethod
     def load(cls, options: argparse.Namespace, *, live: bool) -> UfmSource | None:
-        url = getattr(options, "ufm_url", None)
+        url, saved = getattr(options, "ufm_url", None), getattr(options, "ufm_json", None)
+        if url and saved:
+            raise OptionError("--ufm-url and --ufm-json: give one of them")
+        if saved:
+            return cls(None, ufm_host_names(options), facts=ufm.load_file(saved))
         if not live or not url:
             return None
         if options.ufm_interval <= 0 or options.ufm_timeout <= 0:
@@ -384,8 +392,13 @@ class UfmSource(Source):
             return
         warnings = ufm.apply(graph, self._facts, self.host_names)
         graph.warnings.extend(f"{self.name}: {w}" for w in warnings)
+        if cluster.include_fabric_hosts:  # render without a cluster: the hosts UFM names are the nodes
+            for host in graph.fabric_hosts():
+                graph.add_node(host)
 
     def refresh(self, now: float) -> bool:
+        if self.poller is None:
+            return False
         generation, facts = self.poller.snapshot()
         if generation == self._generation:
             return False
@@ -394,12 +407,14 @@ class UfmSource(Source):
 
     def ready(self) -> bool:
         """True once UFM has answered once (there are facts to build on)."""
-        return self.poller.snapshot()[1] is not None
+        return self.poller is None or self.poller.snapshot()[1] is not None
 
     def stale(self) -> str | None:
-        return self.poller.stale_reason()
+        return None if self.poller is None else self.poller.stale_reason()
 
     def workers(self, *, registry: Any = None, wake: Callable[[], None] = lambda: None) -> Sequence[Worker]:
+        if self.poller is None:
+            return ()
         self.poller.bind(registry, wake)
         return [("ufm-poller", self.poller.run)]
 

@@ -39,10 +39,12 @@ without a link: the fault must stay on the node the cable served, and the node i
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from aggregator.graph import FabricFault, FabricGraph, normalise_guid
@@ -503,6 +505,30 @@ def from_listings(listings: Mapping[str, Any]) -> UfmFabric:
     if "ports" not in listings:
         raise UfmError("ports: the port listing is required")
     return parse(listings["ports"], links=listings.get("links"), systems=listings.get("systems"))
+
+
+def load_file(path: str) -> UfmFabric:
+    """Listings saved from UFM: a JSON file {"ports": [...], "links": [...], "systems": [...]}, or a
+    directory of ports.json (required), links.json and systems.json (what `curl -o` of each
+    listing saves). Raises UfmError naming the file."""
+    root = Path(path)
+    try:
+        if root.is_dir():
+            listings = {
+                name: json.loads((root / f"{name}.json").read_text(encoding="utf-8"))
+                for name in ("ports", "links", "systems")
+                if name == "ports" or (root / f"{name}.json").exists()
+            }
+        else:
+            listings = json.loads(root.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UfmError(f"{path}: cannot read UFM listings: {exc}") from exc
+    if not isinstance(listings, dict):
+        raise UfmError(f"{path}: expected an object with the listings ports, links, systems")
+    try:
+        return from_listings(listings)
+    except UfmError as exc:
+        raise UfmError(f"{path}: {exc}") from exc
 
 
 def hosts_of(fabric: UfmFabric) -> Iterable[str]:

@@ -20,8 +20,11 @@ from agent import report
 
 _DESCRIPTIONS = {
     "NodeReport": "What the hypertopo agent observed on this node: stable facts and health, no counters.",
-    "health": "Health (of the node: per component nvml, rdma, net, lldp, host): ok, degraded, failed, absent, "
-    "or unused (hardware never put to use, such as an HCA port never cabled since boot).",
+    "health": "Health (of the node: per component nvml, rdma, net, lldp, host, pcie): ok, degraded, failed, "
+    "absent, or unused (hardware never put to use, such as an HCA port never cabled since boot).",
+    "findings": "Grey-failure findings (error rates, links trained below capability, flapping, PCIe links "
+    "below their maximum, NVLink errors, fabric health bits): component, subject, kind, severity, the value "
+    "measured when the finding started or changed severity, the threshold and the window in seconds.",
     "nvml": "GPUs, NVLink links and multi-node NVLink fabric membership from NVML.",
     "rdma": "RDMA devices (InfiniBand / RoCE HCAs) and their ports from /sys/class/infiniband.",
     "interfaces": "Network interfaces from netlink.",

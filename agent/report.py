@@ -197,6 +197,33 @@ class LldpNeighbour:
     capabilities: tuple[str, ...] | None = None
 
 
+# --- grey failures -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One grey-failure finding: what was measured against what limit over which window.
+
+    A finding is a health state, not a counter: `value` is the figure measured when the finding
+    started or last changed severity (agent.probes.grey.latch keeps it), so a port whose error rate
+    wanders between 12/min and 14/min serialises to the same object every cycle and the node
+    causes no API write; the live figure is in the metrics."""
+
+    component: str  # the health component it rolls up into: "rdma" | "net" | "nvml" | "pcie"
+    subject: str  # e.g. "mlx5_0/1", "eth0", "gpu0/nvlink3", "gpu0 0000:3b:00.0"
+    kind: str  # "error-rate" | "link-training" | "flapping" | "pcie-link" | "nvlink-errors" | "fabric-health"
+    severity: Health  # Health.DEGRADED or Health.FAILED
+    value: str  # measured, with unit, e.g. "12/min", "200 Gb/s"
+    threshold: str  # e.g. "> 10/min", "400 Gb/s"
+    window_s: int  # 0 when instantaneous
+    reason: str  # one human line
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What identifies a finding from one cycle to the next (value and severity may change)."""
+        return (self.component, self.subject, self.kind)
+
+
 # --- the whole report --------------------------------------------------------------------------
 
 COMPONENTS = ("nvml", "rdma", "net", "lldp", "host")
@@ -222,6 +249,7 @@ class NodeReport:
     rdma: tuple[RdmaDevice, ...] = ()
     interfaces: tuple[Interface, ...] = ()
     lldp: tuple[LldpNeighbour, ...] = ()
+    findings: tuple[Finding, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def overall_health(self) -> Health:

@@ -363,6 +363,7 @@ EXACT_RULES: dict[str, dict[str, set[str]]] = {
         "events.events.k8s.io": {"create", "patch"},
         "leases.coordination.k8s.io": {"get", "create", "update", "patch"},
         "pods": {"get", "list", "watch"},
+        "topologies.kueue.x-k8s.io": {"get", "create", "delete"},  # Kueue's Topology, with --node-labels
     },
     "hypertopo-scheduler": {
         "pods": {"get", "list", "watch", "delete"},

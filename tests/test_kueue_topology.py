@@ -169,3 +169,42 @@ def test_render_models_reach_the_same_levels_through_the_pipeline() -> None:
     model = load_model(str(REPO / "tests" / "models" / "fat-tree-3tier.yaml"))
     desired = Pipeline().compute(ClusterInputs(reports={}, model=model), now=0.0)
     assert levels_of(desired.hypernodes) == FAT_TREE
+
+
+@pytest.mark.apiserver
+def test_the_aggregator_run_with_node_labels_keeps_a_topology_of_the_labels_it_writes() -> None:
+    """End to end: `hypertopo-aggregator run --node-labels` on an API server of its own, with
+    Kueue's CRD, Nodes of the modelled fat-tree and the model as the fabric source."""
+    from aggregator_controller_kit import private_plane, wait_for
+    from realparts import free_port
+
+    model = REPO / "tests" / "models" / "fat-tree-3tier.yaml"
+    crds = kueue_crds()
+    with private_plane() as plane:
+        plane.kubectl("apply", "--server-side", "-f", str(crds / "kueue.x-k8s.io_topologies.yaml"))
+        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/topologies.kueue.x-k8s.io")
+        nodes = load_model(str(model)).nodes()
+        items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}} for n in nodes]
+        plane.kubectl("apply", "--server-side", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                             "items": items}))
+        argv = [sys.executable, "-m", "aggregator", "run", "--kubeconfig", str(plane.kubeconfig), "--listen",
+                f"127.0.0.1:{free_port()}", "--no-leader-election", "--agent-selector", "", "--hold-down", "0",
+                "--model", str(model), "--node-labels"]
+        log = plane.workdir / "aggregator-kueue.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            def topology() -> dict[str, Any] | None:
+                got = plane.kubectl("get", "topology", "hypertopo", "-o", "json", check=False)
+                assert proc.poll() is None, log.read_text()[-3000:]
+                return json.loads(got.stdout) if got.returncode == 0 else None
+
+            live = wait_for(topology, timeout=60, what="the Kueue Topology")
+            levels = tuple(level["nodeLabel"] for level in live["spec"]["levels"])
+            assert levels == FAT_TREE
+            wait_for(lambda: set(levels[:-1]) <= set(
+                json.loads(plane.kubectl("get", "node", nodes[0], "-o", "json").stdout)["metadata"]["labels"]),
+                timeout=30, what="the node labels")
+        finally:
+            proc.terminate()
+            proc.wait(30)

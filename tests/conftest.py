@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 from controlplane.harness import ControlPlane, ControlPlaneError, running
+from hypothesis import settings
 from placement_live import Cluster, kwok_running
 from realparts import missing, shared_data_dir
+
+# Property tests check behaviour, not speed: on a shared 2-core CI machine a single example can take
+# longer than hypothesis' default 200 ms deadline, and speed is the benchmarks' job.
+settings.register_profile("hypertopo", deadline=None)
+settings.load_profile("hypertopo")
 
 
 @pytest.fixture(scope="session")

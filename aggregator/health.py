@@ -27,6 +27,7 @@ real transition. Time is a parameter (`now`, seconds since the epoch), never rea
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ GREY_ONLY = frozenset({"pcie"})  # components whose `degraded` is always a grey 
 MAX_NAMED = 5
 MAX_FINDINGS = 3  # per node in a message
 MAX_TEXT = 300  # characters of one problem or finding in a message
+_MORE = re.compile(r"and \d+ more")  # the agent's summary of findings past the third
 READY = "Ready"
 FABRIC_DEGRADED = "FabricDegraded"
 
@@ -142,23 +144,20 @@ def _hard_reason(component: str, health: ComponentHealth, grey: tuple[str, ...])
 
     `failed` is always a failure. `degraded` is grey when grey findings explain it (PCIe has no
     other kind); otherwise it is the older "a port, link or NVLink in use is down", a failure.
-    Where findings and a down port share one component, the parts of the agent's reason (joined
-    with "; ") that no finding states are the failure."""
+    Where findings and a down port share one component, the agent writes the probe's own reason
+    first, then the findings' reasons and "and N more", joined with "; " (agent.probes.grey.fold):
+    what is left once those are taken out is the failure."""
     if health.state is Health.FAILED:
         return health.reason
     if component in GREY_ONLY:
         return None
     if not grey:
         return health.reason
-    stated = {text.split(": ", 1)[-1] for text in grey}
-    rest = [part for part in health.reason.split("; ") if part and part not in stated]
-    return "; ".join(rest) if rest and not _all_grey_words(rest, grey) else None
-
-
-def _all_grey_words(parts: list[str], grey: tuple[str, ...]) -> bool:
-    """True when every leftover part names a subject a finding already covers (a summary line)."""
-    subjects = {text.split(" ", 2)[1] for text in grey if text.count(" ") >= 2}
-    return all(any(subject in part for subject in subjects) for part in parts)
+    text = health.reason
+    for stated in sorted({t.split(": ", 1)[-1] for t in grey}, key=len, reverse=True):
+        text = text.replace(stated, "")
+    rest = [part.strip() for part in text.split(";") if part.strip() and not _MORE.fullmatch(part.strip())]
+    return "; ".join(rest) if rest else None
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,23 @@ def test_a_port_down_in_a_component_with_findings_is_still_a_failure() -> None:
     assert health.is_degraded
 
 
+def _links(count: int) -> tuple[Finding, ...]:
+    return tuple(Finding("nvml", f"gpu0/nvlink{n}", "nvlink-errors", Health.DEGRADED, f"{n + 2}/min", "> 1/min", 60,
+                         f"GPU 0 NVLink {n}: CRC errors {n + 2}/min over 60s (degraded above 1/min)")
+                 for n in range(count))
+
+
+def test_more_than_three_findings_summarised_by_the_agent_stay_grey() -> None:
+    """The agent lists three finding reasons and "and N more" (agent.probes.grey.fold)."""
+    links = _links(5)
+    summary = "; ".join(f.reason for f in links[:3]) + "; and 2 more"
+    health = member_health(_grey(_good("n1"), *links, reason=summary), node_ready=True, agent_alive=True)
+    assert health.state is MemberState.HEALTHY and len(health.degraded) == 5
+    down = f"GPU 0 (0000:18:00.0): NVLink 17 down (17/18 up); {summary}"
+    health = member_health(_grey(_good("n1"), *links, reason=down), node_ready=True, agent_alive=True)
+    assert health.problems == ("NVLink degraded: GPU 0 (0000:18:00.0): NVLink 17 down (17/18 up)",)
+
+
 def test_degraded_without_findings_keeps_its_older_meaning_a_failure() -> None:
     """An agent without grey findings marks a down port in use `degraded`: still a failure."""
     report = dataclasses.replace(_good("n1"), health={**_good("n1").health,

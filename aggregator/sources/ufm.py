@@ -42,7 +42,7 @@ import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -272,7 +272,7 @@ def _port(item: Mapping[str, Any], kinds: Mapping[str, str]) -> UfmPort | None:
         logical,
         physical,
         _rate(_str(get("active_speed")), _str(get("active_width"))),
-        _capacity(item),
+        _capacity(item) if "enabled_speed" in item else None,
         peer_key,
         _str(get("peer_node_name")),
         _is_up(logical, physical),
@@ -292,14 +292,15 @@ def parse(ports: Any, *, links: Any = None, systems: Any = None) -> UfmFabric:
         kinds[guid] = kind
         fabric.systems[guid] = UfmSystem(guid, _text(item, "system_name", "name"), kind)
     skipped = 0
+    found, systems = fabric.ports, fabric.systems
     for item in _items(ports, "ports"):
         port = _port(item, kinds)
         if port is None:
             skipped += 1
             continue
-        fabric.ports[port.key] = port
-        if port.system_guid not in fabric.systems:
-            fabric.systems[port.system_guid] = UfmSystem(port.system_guid, port.system_name, port.kind)
+        found[(port.guid, port.number)] = port
+        if port.system_guid not in systems:
+            systems[port.system_guid] = UfmSystem(port.system_guid, port.system_name, port.kind)
     if skipped:
         fabric.warnings.append(f"ports: {skipped} port(s) without a GUID or number skipped")
     for port in fabric.ports.values():
@@ -432,7 +433,7 @@ def _expected_rate(fabric: UfmFabric) -> float | None:
 
 def port_faults(fabric: UfmFabric, join: _Join) -> dict[str, list[FabricFault]]:
     """Node -> faults on its cables: a down end is a failure, a slow one a grey failure."""
-    usual = _expected_rate(fabric)
+    usual = functools.cache(lambda: _expected_rate(fabric))  # only for cables without enabled rates
     out: dict[str, list[FabricFault]] = {}
     for ka, kb in fabric.links:
         a, b = fabric.ports[ka], fabric.ports[kb]
@@ -449,7 +450,7 @@ def port_faults(fabric: UfmFabric, join: _Join) -> dict[str, list[FabricFault]]:
     return {node: sorted(faults, key=lambda f: f.text) for node, faults in out.items()}
 
 
-def _link_fault(ports: tuple[UfmPort, UfmPort], usual: float | None) -> FabricFault | None:
+def _link_fault(ports: tuple[UfmPort, UfmPort], usual: Callable[[], float | None]) -> FabricFault | None:
     """The fault on a host cable (HCA end first), if any."""
     hca, switch = ports
     if not (hca.up and switch.up):
@@ -457,9 +458,10 @@ def _link_fault(ports: tuple[UfmPort, UfmPort], usual: float | None) -> FabricFa
             f"{p.label()}: {p.logical_state or '?'}/{p.physical_state or '?'}" for p in sorted(ports, key=_by_key) if not p.up
         )
         return FabricFault(failure=True, cause="RDMA", text=f"RDMA {hca.label()} down (UFM: {states})")
-    expected = usual
     if hca.capacity_gbps is not None and switch.capacity_gbps is not None:
-        expected = min(hca.capacity_gbps, switch.capacity_gbps)
+        expected: float | None = min(hca.capacity_gbps, switch.capacity_gbps)
+    else:
+        expected = usual()
     rates = [p.gbps for p in ports if p.gbps is not None]
     if expected is None or not rates or min(rates) >= expected:
         return None

@@ -4,7 +4,8 @@
 #   2. a virtualenv in .venv with hypertopo and its test extras
 #   3. the control plane (kube-apiserver, kubectl, etcd), kwok, and Volcano (vc-scheduler,
 #      vc-controller-manager and its CRDs), built from the pinned Go modules in tests/controlplane
-#      and cached in ~/.cache/hypertopo (first run only)
+#      and cached in ~/.cache/hypertopo (first run only); helm, built the same way; Kueue's and
+#      prometheus-operator's CRDs from their Go modules
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,4 +39,8 @@ echo "setup: volcano" >&2
 bash tests/controlplane/volcano/build_volcano.sh >/dev/null
 echo "setup: prometheus-operator CRDs" >&2
 bash tests/controlplane/prometheus_operator_crds.sh >/dev/null
+echo "setup: Kueue CRDs" >&2
+bash tests/controlplane/kueue_crds.sh >/dev/null
+echo "setup: helm" >&2
+bash tests/controlplane/helm/build_helm.sh >/dev/null
 echo "setup: done" >&2

@@ -93,3 +93,19 @@ def test_a_multi_line_message_becomes_one_cut_line() -> None:
     assert str(InputError("f.yaml", "expected a map, got bool", "spec.health")) == (
         "f.yaml: spec.health: expected a map, got bool"
     )
+
+
+def test_render_summarises_hundreds_of_dropped_domains_and_uncabled_nodes_in_one_line_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from aggregator.cli import _warn_tree
+
+    dropped = [(f"leaf:ib-switch-{i:04d} (Mellanox QM8700, 40 ports)", "partly overlaps spine:s1; kept spine:s1")
+               for i in range(300)]
+    uncabled = {f"gpu-node-{i:04d}": ("leaf-a", "leaf-b") for i in range(200)}
+    _warn_tree(dropped, uncabled)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(len(line) < 800 for line in lines)
+    assert "dropped domains that partly overlap a kept one, 300: leaf:ib-switch-0000" in lines[0]
+    assert lines[0].endswith(" and 295 more") and lines[1].endswith(" and 195 more")
+    assert "gpu-node-0000 (not to leaf-a, leaf-b)" in lines[1]

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aggregator.graph import FabricGraph
 
@@ -70,6 +70,7 @@ class NodeClasses:
     of_signature: dict[Signature, str] = field(default_factory=dict)
     of_node: dict[str, str] = field(default_factory=dict)  # node -> class id
     _next: int = 0
+    _levels: tuple[Any, _Levels] | None = None
 
     @classmethod
     def of(cls, graph: FabricGraph) -> NodeClasses:
@@ -108,6 +109,14 @@ class NodeClasses:
 
     def weight(self, cid: str) -> int:
         return len(self.members[cid])
+
+    def levels(self, graph: FabricGraph, leaves: frozenset[str]) -> _Levels:
+        """The switch levels for these leaves, kept between inferences while the graph's switch
+        links and the leaves stay the same (a node moving between classes rarely changes either)."""
+        key = (id(graph), len(graph.switch_links), len(graph.uplinks), leaves)
+        if self._levels is None or self._levels[0] != key:
+            self._levels = (key, _Levels(*_switch_levels(graph, set(leaves))))
+        return self._levels[1]
 
     def switches(self, cid: str) -> frozenset[str]:
         return self.signature[cid][0]
@@ -331,19 +340,38 @@ def _switch_domains(
         if not sw & promoted
     ]
     leaves = {s for sw in leaf_groups for s in sw} - promoted
-    levels, up = _switch_levels(graph, leaves)
-    reach: dict[str, frozenset[str]] = {}
-
-    def above(s: str) -> frozenset[str]:
-        if s not in reach:
-            reach[s] = frozenset()  # cycle guard
-            reach[s] = frozenset({s}).union(*(above(p) for p in up[s]))
-        return reach[s]
-
-    top = max(levels.values(), default=0)
+    levels = classes.levels(graph, frozenset(leaves))
+    top = max(levels.height.values(), default=0)
     for level in range(1, top + 1):
-        domains.extend(_level_domains(leaf_groups, above, levels, level))
+        domains.extend(_level_domains(leaf_groups, levels.at_level, level))
     return domains, (top + 1 if leaves else 0), uncabled
+
+
+@dataclass
+class _Levels:
+    """Switch heights over the leaves, and what each leaf set reaches at each level: a function of
+    the switch links and of which switches carry hosts only, so kept while those stay the same."""
+
+    height: dict[str, int]
+    up: dict[str, set[str]]
+    reach: dict[str, frozenset[str]] = field(default_factory=dict)
+    reached: dict[tuple[frozenset[str], int], list[str]] = field(default_factory=dict)
+
+    def above(self, s: str) -> frozenset[str]:
+        if s not in self.reach:
+            self.reach[s] = frozenset()  # cycle guard
+            self.reach[s] = frozenset({s}).union(*(self.above(p) for p in self.up[s]))
+        return self.reach[s]
+
+    def at_level(self, switches: frozenset[str], level: int) -> list[str]:
+        """The switches of `level` above any of these leaves, sorted."""
+        key = (switches, level)
+        found = self.reached.get(key)
+        if found is None:
+            height = self.height
+            found = sorted({s for leaf in switches for s in self.above(leaf) if height.get(s) == level})
+            self.reached[key] = found
+        return found
 
 
 def _leaf_groups(
@@ -385,8 +413,7 @@ def _leaf_groups(
 
 def _level_domains(
     leaf_groups: Mapping[frozenset[str], set[str]],
-    above: Callable[[str], frozenset[str]],
-    levels: Mapping[str, int],
+    at_level_of: Callable[[frozenset[str], int], list[str]],
     level: int,
 ) -> list[Domain]:
     """Domains of one switch level: leaf groups reaching a common switch of the level share one."""
@@ -400,7 +427,7 @@ def _level_domains(
 
     reached: list[tuple[set[str], list[str]]] = []
     for switches, nodes in leaf_groups.items():
-        at_level = sorted({s for leaf in switches for s in above(leaf) if levels.get(s) == level})
+        at_level = at_level_of(switches, level)
         if at_level:
             for s in at_level[1:]:
                 parent[find(s)] = find(at_level[0])

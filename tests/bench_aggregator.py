@@ -12,7 +12,11 @@ timed). Timed:
 * one node's report changes (its NVLink fails, then recovers): recompute + diff through
   Pipeline.update_report — target < 50 ms — and how many HyperNodes changed (only the failing
   node's domains: its rack, SU leaf, pod spine and core);
-* one node's cabling changes (a structural change, full rebuild path) for comparison;
+* one node's cabling changes three ways: its LLDP loses a leaf the model still declares (no
+  structural change), its cables move to the next scalable unit's leaves, and its GPUs join a rack
+  of another unit's NVLink clique (structural changes: the node moves between classes, inference
+  runs over the classes again, only the domains whose classes changed are rebuilt) — each moved
+  away and back 10 times; best, median and max;
 * last row: a UFM answer for 10,000 hosts and 600 switches parsed and merged into the graph
   (tests/bench_ufm.py; target < 1 s).
 """
@@ -93,20 +97,67 @@ def bench(size: int) -> dict[str, object]:
         fast.append(t[0])
         changed.append(len(result.changed))
     moved = dataclasses.replace(healthy, lldp=healthy.lldp[:-1])
-    _, structural = _timed(lambda: pipeline.update_report(victim, moved, now=3000.0))
+    _, lost = _timed(lambda: pipeline.update_report(victim, moved, now=3000.0))
+    pipeline.update_report(victim, healthy, now=3001.0)
+    recabled, recabled_changed = _alternate(pipeline, victim, healthy, _recabled(healthy, model, victim), 4000.0)
+    clique, clique_changed = _alternate(pipeline, victim, healthy, _other_clique(healthy, reports, names), 5000.0)
+    assert pipeline.full_computes == 3, "a fast path fell back to a full rebuild"
     return {
         "nodes": len(names),
         "hypernodes": len(desired.hypernodes),
         "tiers": list(desired.tree.tiers) if desired.tree else [],
         "report_generation_s": round(generate, 2),
-        "full_compute_s": {"best": round(min(full), 3), "median": round(statistics.median(full), 3)},
-        "one_report_health_change_ms": {
-            "median": round(statistics.median(fast) * 1000, 2),
-            "max": round(max(fast) * 1000, 2),
-        },
+        "full_compute_s": _seconds(full),
+        "one_report_health_change_ms": _ms(fast),
         "hypernodes_changed_per_update": sorted(set(changed)),
-        "one_report_cabling_change_s": round(structural[0], 3),
+        "one_cable_lost_model_keeps_leaf_ms": _ms(lost),
+        "one_node_recabled_to_another_su_ms": _ms(recabled),
+        "hypernodes_changed_per_recabling": sorted(set(recabled_changed)),
+        "one_node_into_another_nvlink_clique_ms": _ms(clique),
+        "hypernodes_changed_per_clique_move": sorted(set(clique_changed)),
     }
+
+
+def _seconds(times: list[float]) -> dict[str, float]:
+    return {"best": round(min(times), 3), "median": round(statistics.median(times), 3)}
+
+
+def _ms(times: list[float]) -> dict[str, float]:
+    return {
+        "best": round(min(times) * 1000, 2),
+        "median": round(statistics.median(times) * 1000, 2),
+        "max": round(max(times) * 1000, 2),
+    }
+
+
+def _alternate(pipeline: Pipeline, node: str, home: NodeReport, away: NodeReport, start: float, rounds: int = 10):  # type: ignore[no-untyped-def]
+    """Moves the node away and back `rounds` times; every update timed, HyperNodes changed counted."""
+    times, changed = [], []
+    for i in range(rounds):
+        report = away if i % 2 == 0 else home
+        result, t = _timed(lambda r=report, i=i: pipeline.update_report(node, r, now=start + i))  # type: ignore[misc]
+        times.append(t[0])
+        changed.append(len(result.changed))
+    return times, changed
+
+
+def _recabled(report: NodeReport, model: ClusterModel, node: str) -> NodeReport:
+    """The node's LLDP now names the leaves of the next scalable unit (its cables moved there; the
+    model still declares its own, so it hangs off both: a structural change)."""
+    su = int(report.lldp[0].system_name.split("-")[0][2:])  # "su12-r0" -> 12
+    other = (su + 1) % len({b.switch.split("-")[0] for b in model.blocks})
+    lldp = tuple(
+        dataclasses.replace(n, system_name=f"su{other}-{n.system_name.split('-')[1]}") for n in report.lldp
+    )
+    return dataclasses.replace(report, lldp=lldp)
+
+
+def _other_clique(report: NodeReport, reports: dict[str, NodeReport], names: list[str]) -> NodeReport:
+    """The node's GPUs now report the NVLink clique of a rack in another scalable unit."""
+    assert report.nvml is not None and report.nvml.domain is not None
+    far = reports[names[(names.index(report.node_name) + 5 * 2 * RACK) % len(names)]]
+    assert far.nvml is not None
+    return dataclasses.replace(report, nvml=dataclasses.replace(report.nvml, domain=far.nvml.domain))
 
 
 def main() -> None:

@@ -211,6 +211,19 @@ def _systems(model: ClusterModel, kept: set[str], hcas: dict[str, int]) -> list[
 # --- the HTTP server -----------------------------------------------------------------------------
 
 
+def _spoiled(fail: str | None, name: str, body: bytes) -> bytes:
+    """The body as a failing UFM would send it (HTML, JSON of the wrong shape, nothing, half)."""
+    if fail == "html":
+        return b"<html><body>UFM is starting, please wait</body></html>"
+    if fail == "not-array" and name == "ports":
+        return b'{"ports": "unavailable"}'
+    if fail == "empty":
+        return b"[]"
+    if fail == "truncated":
+        return body[: len(body) // 2]
+    return body
+
+
 @dataclass
 class Behaviour:
     """How the stand-in answers: normally, or one of the ways a real server fails."""
@@ -251,7 +264,8 @@ class UfmStandIn:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"{self.scheme}://{host}:{port}"
+        text = host.decode() if isinstance(host, bytes) else host
+        return f"{self.scheme}://{text}:{port}"
 
     def __enter__(self) -> UfmStandIn:
         self._thread.start()
@@ -275,62 +289,63 @@ class UfmStandIn:
         return header == f"Basic {pair}"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        standin = self
+        return type("Handler", (_Handler,), {"standin": self})
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
-                pass
+class _Handler(BaseHTTPRequestHandler):
+    """UFM's REST paths, answered from the stand-in `standin` (set per server)."""
 
-            def do_GET(self) -> None:
-                header = self.headers.get("Authorization", "")
-                standin.requests.append((self.path, header))
-                behaviour = standin.behaviour
-                if behaviour.fail == "drop":
-                    self.connection.close()
-                    return
-                if behaviour.fail == "hang":
-                    time.sleep(behaviour.hang_seconds)
-                if behaviour.fail in ("401", "403", "500"):
-                    self._send(int(behaviour.fail), b'{"error": "stand-in failure"}')
-                    return
-                if not standin._authorised(self.path, header):
-                    self._send(401, b'{"error": "Unauthorized"}')
-                    return
-                name = self.path.rstrip("/").rsplit("/", 1)[-1]
-                if not self.path.split("/", 2)[-1].startswith("resources/") or name in behaviour.missing:
-                    self._send(404, b'{"error": "Not Found"}')
-                    return
-                with standin._lock:
-                    listing = standin.data.get(name)
-                if listing is None:
-                    self._send(404, b'{"error": "Not Found"}')
-                    return
-                body = json.dumps(listing).encode()
-                if behaviour.fail == "html":
-                    body = b"<html><body>UFM is starting, please wait</body></html>"
-                elif behaviour.fail == "not-array":
-                    body = b'{"ports": "unavailable"}' if name == "ports" else body
-                elif behaviour.fail == "empty":
-                    body = b"[]"
-                elif behaviour.fail == "truncated":
-                    body = body[: len(body) // 2]
-                self._send(200, body, chunked=behaviour.chunked)
+    standin: UfmStandIn
 
-            def _send(self, status: int, body: bytes, *, chunked: bool = False) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                if chunked:
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    for start in range(0, len(body), 64 << 10):
-                        piece = body[start : start + (64 << 10)]
-                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                    self.wfile.write(b"0\r\n\r\n")
-                    return
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    protocol_version = "HTTP/1.1"
 
-        return Handler
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        header = self.headers.get("Authorization", "")
+        self.standin.requests.append((self.path, header))
+        refusal = self._refusal(header)
+        if refusal is not None:
+            if refusal:
+                self._send(*refusal)
+            return
+        name = self.path.rstrip("/").rsplit("/", 1)[-1]
+        with self.standin._lock:
+            listing = self.standin.data.get(name)
+        if listing is None or name in self.standin.behaviour.missing:
+            self._send(404, b'{"error": "Not Found"}')
+            return
+        body = _spoiled(self.standin.behaviour.fail, name, json.dumps(listing).encode())
+        self._send(200, body, chunked=self.standin.behaviour.chunked)
+
+    def _refusal(self, header: str) -> tuple[int, bytes] | tuple[()] | None:
+        """(status, body) of a failing answer, () for no answer at all, None to serve."""
+        fail = self.standin.behaviour.fail
+        if fail == "drop":
+            self.connection.close()
+            return ()
+        if fail == "hang":
+            time.sleep(self.standin.behaviour.hang_seconds)
+        if fail in ("401", "403", "500"):
+            return (int(fail), b'{"error": "stand-in failure"}')
+        if not self.standin._authorised(self.path, header):
+            return (401, b'{"error": "Unauthorized"}')
+        if not self.path.split("/", 2)[-1].startswith("resources/"):
+            return (404, b'{"error": "Not Found"}')
+        return None
+
+    def _send(self, status: int, body: bytes, *, chunked: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for start in range(0, len(body), 64 << 10):
+                piece = body[start : start + (64 << 10)]
+                self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

@@ -42,7 +42,7 @@ import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -531,7 +531,3 @@ def load_file(path: str) -> UfmFabric:
         return from_listings(listings)
     except UfmError as exc:
         raise UfmError(f"{path}: {exc}") from exc
-
-
-def hosts_of(fabric: UfmFabric) -> Iterable[str]:
-    return sorted({s.name for s in fabric.systems.values() if s.kind == HOST and s.name})

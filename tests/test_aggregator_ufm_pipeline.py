@@ -107,6 +107,10 @@ def test_a_port_down_only_ufm_sees_turns_ready_false_and_a_slow_one_fabric_degra
     grey = pipeline.compute(inputs(RAIL, sources=(source,)), 30.0)
     assert {ready(o) for o in grey.hypernodes} == {"True"} and grey.degraded_nodes == {"su2-n3"}
     assert "True" in {ready(o, "FabricDegraded") for o in grey.hypernodes}
+    ufm_server.set(listings(RAIL, faults={("su1-n1", 2): Fault("unhealthy", "switch")}))  # UFM's own mark
+    assert source.poller.poll_once() and source.refresh(40.0)
+    marked = pipeline.compute(inputs(RAIL, sources=(source,)), 40.0)
+    assert {ready(o) for o in marked.hypernodes} == {"True"} and marked.degraded_nodes == {"su1-n1"}
 
 
 def test_an_outage_keeps_the_tree_and_the_source_says_it_is_stale(ufm_server: UfmStandIn, tmp_path: Path) -> None:

@@ -51,12 +51,15 @@ def stale(registry: CollectorRegistry) -> float | None:
 # --- answering -------------------------------------------------------------------------------------
 
 
-def test_basic_auth_reads_all_three_listings(standin: UfmStandIn, tmp_path: Path) -> None:
+LISTED = ["resources/ports", "resources/links", "resources/systems", "app/unhealthy_ports"]
+
+
+def test_basic_auth_reads_all_four_listings(standin: UfmStandIn, tmp_path: Path) -> None:
     registry = CollectorRegistry()
     p = poller(standin.url, secret(tmp_path, username="ufmuser", password="s3cret"), registry)
     assert stale(registry) == 1  # nothing fetched yet
     assert p.poll_once()
-    assert list(standin.paths()) == [f"/ufmRest/resources/{n}" for n in ("ports", "links", "systems")]
+    assert list(standin.paths()) == [f"/ufmRest/{n}" for n in LISTED]
     assert p.facts is not None and (p.facts.switch_count(), p.facts.host_count(), len(p.facts.links)) == (3, 8, 10)
     assert stale(registry) == 0
     assert registry.get_sample_value("hypertopo_source_last_success_timestamp_seconds", {"source": "ufm"}) == 1700000000.0
@@ -65,7 +68,7 @@ def test_basic_auth_reads_all_three_listings(standin: UfmStandIn, tmp_path: Path
 def test_a_token_goes_to_the_token_path(standin: UfmStandIn, tmp_path: Path) -> None:
     p = poller(standin.url, secret(tmp_path, token="tok-123"))
     assert p.poll_once()
-    assert {path for path, _ in standin.requests} == {f"/ufmRestV3/resources/{n}" for n in ("ports", "links", "systems")}
+    assert {path for path, _ in standin.requests} == {f"/ufmRestV3/{n}" for n in LISTED}
     assert {auth for _, auth in standin.requests} == {"Basic tok-123"}
 
 
@@ -84,11 +87,11 @@ def test_credentials_files_missing_are_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_listings_an_older_ufm_lacks_are_skipped_after_one_404(standin: UfmStandIn, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    standin.behaviour.missing = {"links", "systems"}
+    standin.behaviour.missing = {"links", "systems", "unhealthy_ports"}
     p = poller(standin.url, secret(tmp_path, username="ufmuser", password="s3cret"))
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert p.poll_once() and p.poll_once()
-    assert [path.rsplit("/", 1)[1] for path in standin.paths()] == ["ports", "links", "systems", "ports"]
+    assert [path.rsplit("/", 1)[1] for path in standin.paths()] == ["ports", "links", "systems", "unhealthy_ports", "ports"]
     assert p.facts is not None and len(p.facts.links) == 10  # the ports' peer fields carry the cabling
     assert sum("no links listing (404)" in r.getMessage() for r in caplog.records) == 1
 

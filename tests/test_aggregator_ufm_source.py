@@ -254,3 +254,22 @@ def test_ports_without_a_guid_are_skipped_and_counted() -> None:
 def test_active_rate_is_lane_speed_times_width(speed: str, width: str, gbps: float | None) -> None:
     [port] = ufm.parse([{"guid": "1", "number": 1, "active_speed": speed, "active_width": width}]).ports.values()
     assert port.gbps == gbps
+
+
+@pytest.mark.parametrize("side", ["host", "switch"])
+def test_a_port_ufm_marks_unhealthy_is_a_grey_failure_of_its_node(side: str) -> None:
+    m = model("small-tree.yaml")
+    faults = faults_of(m, listings(m, faults={("node07", 0): Fault("unhealthy", side)}))
+    [(failure, text)] = faults["node07"]
+    marked = "node07 mlx5_0 port 1: HIGH_BER" if side == "host" else "leaf2:"
+    assert not failure and text.startswith("RDMA node07 mlx5_0 port 1 marked unhealthy (UFM: ") and marked in text
+    assert list(faults) == ["node07"]
+
+
+def test_an_unhealthy_mark_on_a_port_ufm_does_not_list_is_a_warning() -> None:
+    m = model("small-tree.yaml")
+    data = listings(m)
+    data["unhealthy_ports"] = [{"UnhealthyGUID": "00000000000000ff", "UnhealthyPortNumber": 3, "UnhealthyPort": "ghost/3"}]
+    fabric = ufm.from_listings(data)
+    assert fabric.unhealthy == {} and fabric.warnings == ["unhealthy_ports: port ghost/3 is not in the port listing"]
+

@@ -87,7 +87,7 @@ def _port_object(port: _Port, *, state: str, lane: str, peers: bool) -> Obj:
 class Fault:
     """A cable's state as UFM would show it: `side` "host" (the HCA's port), "switch" or "both"."""
 
-    state: str = "down"  # "down" | "polling" | "slow" (trained at a lower rate)
+    state: str = "down"  # "down" | "polling" | "slow" (trained at a lower rate) | "unhealthy" (UFM's mark)
     side: str = "switch"
 
 
@@ -98,10 +98,12 @@ def listings(
     peers: bool = True,
     with_links: bool = True,
     with_systems: bool = True,
+    with_unhealthy: bool = True,
     only: Collection[str] | None = None,
 ) -> dict[str, list[Obj]]:
-    """{"ports": [...], "links": [...], "systems": [...]} for the model's fabric; `faults` keys are
-    (node, hca index) and mark that HCA's cable; `peers=False` leaves the peer fields out of port
+    """{"ports": [...], "links": [...], "systems": [...], "unhealthy_ports": [...]} for the model's
+    fabric; `faults` keys are (node, hca index) and mark that HCA's cable (down, polling, slow, or
+    unhealthy: UFM's mark on the `side` end); `peers=False` leaves the peer fields out of port
     objects (cabling only from the links listing)."""
     faults = faults or {}
     ports: dict[tuple[str, int], _Port] = {}
@@ -145,7 +147,32 @@ def listings(
                         if states.get(a, ("up",))[0] in ("up", "slow") and states.get(b, ("up",))[0] in ("up", "slow")]  # fmt: skip
     if with_systems:
         out["systems"] = _systems(model, kept, hca_index)
+    if with_unhealthy:
+        out["unhealthy_ports"] = [
+            _unhealthy_object(ports[switch if faults[hca].side == "switch" else host], ports)
+            for host, switch, hca in cables
+            if hca is not None and hca in faults and faults[hca].state == "unhealthy"
+        ]
     return out
+
+
+def _unhealthy_object(port: _Port, ports: dict[tuple[str, int], _Port]) -> Obj:
+    """An entry of UFM's unhealthy-port list (OpenSM's mark), for `port`."""
+    assert port.peer is not None
+    peer = ports[port.peer]
+    return {
+        "UnhealthyGUID": port.guid,
+        "UnhealthyPortNumber": port.number,
+        "UnhealthyNode": port.system_name,
+        "UnhealthyPort": f"{port.system_name}/{port.number}",
+        "UnhealthyPortDname": str(port.number),
+        "PeerGUID": peer.guid,
+        "PeerPortNumber": peer.number,
+        "PeerNode": peer.system_name,
+        "Condition": ["HIGH_BER"],
+        "State": "Warning",
+        "StatusTime": "Mon Nov 23 01:00:00 2026",
+    }
 
 
 def _cable(a: _Port, b: _Port) -> None:
@@ -166,6 +193,8 @@ def _states(
             continue
         if fault.state == "slow":  # a cable trained at HDR: both ends run the slower rate
             out[host] = out[switch] = ("up", "50.0 Gbps")
+            continue
+        if fault.state == "unhealthy":  # up at full rate, marked by UFM (listed apart)
             continue
         down = (fault.state, NDR_LANE)
         other = ("polling", NDR_LANE)  # the far end of a dead cable sees no light either
@@ -310,7 +339,7 @@ class _Handler(BaseHTTPRequestHandler):
             if refusal:
                 self._send(*refusal)
             return
-        name = self.path.rstrip("/").rsplit("/", 1)[-1]
+        name = self.path.rstrip("/").rsplit("/", 1)[-1]  # ports, links, systems, unhealthy_ports
         with self.standin._lock:
             listing = self.standin.data.get(name)
         if listing is None or name in self.standin.behaviour.missing:
@@ -331,7 +360,7 @@ class _Handler(BaseHTTPRequestHandler):
             return (int(fail), b'{"error": "stand-in failure"}')
         if not self.standin._authorised(self.path, header):
             return (401, b'{"error": "Unauthorized"}')
-        if not self.path.split("/", 2)[-1].startswith("resources/"):
+        if not self.path.split("/", 2)[-1].startswith(("resources/", "app/unhealthy_ports")):
             return (404, b'{"error": "Not Found"}')
         return None
 

@@ -45,8 +45,9 @@ log = logging.getLogger(__name__)
 
 SOURCE = "ufm"
 MAX_BODY = 512 << 20  # a 10,000-host fabric's port listing is tens of MiB; refuse runaway bodies
-OPTIONAL = ("links", "systems")
-PATHS = {"ports": ufm.PORTS_PATH, "links": ufm.LINKS_PATH, "systems": ufm.SYSTEMS_PATH}
+OPTIONAL = ("links", "systems", "unhealthy_ports")
+PATHS = {"ports": ufm.PORTS_PATH, "links": ufm.LINKS_PATH, "systems": ufm.SYSTEMS_PATH,
+         "unhealthy_ports": ufm.UNHEALTHY_PATH}  # fmt: skip
 
 
 class UfmFetchError(Exception):
@@ -113,7 +114,8 @@ class UfmConfig:
 
 
 class UfmClient:
-    """One poll: the port listing (required), then links and systems (skipped when UFM has none)."""
+    """One poll: the port listing (required), then links, systems and unhealthy ports (each skipped
+    for good once UFM answers 404 for it)."""
 
     def __init__(self, config: UfmConfig) -> None:
         self.config = config
@@ -315,7 +317,7 @@ class UfmPoller:
 
 
 def _differs(old: ufm.UfmFabric, new: ufm.UfmFabric) -> bool:
-    return old.ports != new.ports or old.links != new.links or old.systems != new.systems
+    return old.ports != new.ports or old.links != new.links or old.systems != new.systems or old.unhealthy != new.unhealthy
 
 
 # --- the source (aggregator.registry.SOURCES) ------------------------------------------------------

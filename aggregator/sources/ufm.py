@@ -16,7 +16,9 @@ Here the same listing is read for everything it says, and two more where UFM ser
 * links (`/resources/links`): `source_guid`/`source_port` and `destination_guid`/`destination_port`
   per cable, the subnet manager's cabling even where a port object lacks its peer;
 * systems (`/resources/systems`): `system_name`, `guid`, `type` ("switch", "host", "gateway",
-  "router"), which tells switches from hosts without guessing from port descriptions.
+  "router"), which tells switches from hosts without guessing from port descriptions;
+* unhealthy ports (`/app/unhealthy_ports`): the ports UFM's subnet manager marks unhealthy
+  (`UnhealthyGUID`, `UnhealthyPortNumber`, `Condition`: high BER, flapping, set by hand).
 
 The documented listings are whole JSON arrays (no pages), so a large fabric is one large response;
 `parse` takes what `json.loads` gave. Structural garbage (not an array, an item that is not an
@@ -31,7 +33,8 @@ hosts): the agent's GUID wins, the name is the fallback for nodes without an age
 Port state is health: a port in use (it has, or had, a cable) that is not Active/Link Up is a
 failure of the node on either end's HCA, whether the HCA's side or the switch's side reports it;
 an Active port below the rate its cable should carry (the enabled speed and width of both ends,
-else the fabric's most common rate on host cables) is a grey failure. `remember` carries the
+else the fabric's most common rate on host cables), or with an end UFM marks unhealthy, is a grey
+failure. `remember` carries the
 cabling of a port that went down from the previous snapshot, because UFM drops the peer of a port
 without a link: the fault must stay on the node the cable served, and the node in its domain.
 """
@@ -53,6 +56,7 @@ from aggregator.sources.ibnetdiscover import HostNames
 PORTS_PATH = "/resources/ports"
 LINKS_PATH = "/resources/links"
 SYSTEMS_PATH = "/resources/systems"
+UNHEALTHY_PATH = "/app/unhealthy_ports"  # ports UFM (OpenSM) marks unhealthy: high BER, flapping, manual
 
 # InfiniBand per-lane rates by name (IBTA: SDR 2.5 ... XDR 200 Gb/s per lane)
 _LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0,
@@ -106,6 +110,7 @@ class UfmFabric:
     ports: dict[tuple[str, int], UfmPort] = field(default_factory=dict)
     systems: dict[str, UfmSystem] = field(default_factory=dict)  # system GUID -> system
     links: set[frozenset[tuple[str, int]]] = field(default_factory=set)  # cables between port keys
+    unhealthy: dict[tuple[str, int], str] = field(default_factory=dict)  # port key -> UFM's condition
     warnings: list[str] = field(default_factory=list)
 
     def switch_count(self) -> int:
@@ -279,11 +284,25 @@ def _port(item: Mapping[str, Any], kinds: Mapping[str, str]) -> UfmPort | None:
     )
 
 
-def parse(ports: Any, *, links: Any = None, systems: Any = None) -> UfmFabric:
-    """The three listings as `json.loads` returned them (links and systems optional)."""
+def parse(ports: Any, *, links: Any = None, systems: Any = None, unhealthy: Any = None) -> UfmFabric:
+    """The listings as `json.loads` returned them (all but ports optional)."""
     fabric = UfmFabric()
+    kinds = _add_systems(fabric, systems) if systems is not None else {}
+    _add_ports(fabric, ports, kinds)
+    for port in fabric.ports.values():
+        if port.peer is not None and port.peer in fabric.ports:
+            fabric.links.add(frozenset((port.key, port.peer)))
+    for index, item in enumerate(_items(links, "links") if links is not None else ()):
+        _add_link(fabric, index, item)
+    for item in _items(unhealthy, "unhealthy_ports") if unhealthy is not None else ():
+        _add_unhealthy(fabric, item)
+    return fabric
+
+
+def _add_systems(fabric: UfmFabric, systems: Any) -> dict[str, str]:
+    """The systems listing; returns system GUID -> kind (switch, host, other)."""
     kinds: dict[str, str] = {}
-    for item in _items(systems, "systems") if systems is not None else ():
+    for item in _items(systems, "systems"):
         guid = _guid(_text(item, "guid", "system_guid"))
         if guid is None:
             fabric.warnings.append(f"systems: {_text(item, 'system_name') or '?'} has no GUID, skipped")
@@ -291,6 +310,10 @@ def parse(ports: Any, *, links: Any = None, systems: Any = None) -> UfmFabric:
         kind = _kind_of_system(_text(item, "type"))
         kinds[guid] = kind
         fabric.systems[guid] = UfmSystem(guid, _text(item, "system_name", "name"), kind)
+    return kinds
+
+
+def _add_ports(fabric: UfmFabric, ports: Any, kinds: Mapping[str, str]) -> None:
     skipped = 0
     found, systems = fabric.ports, fabric.systems
     for item in _items(ports, "ports"):
@@ -303,12 +326,18 @@ def parse(ports: Any, *, links: Any = None, systems: Any = None) -> UfmFabric:
             systems[port.system_guid] = UfmSystem(port.system_guid, port.system_name, port.kind)
     if skipped:
         fabric.warnings.append(f"ports: {skipped} port(s) without a GUID or number skipped")
-    for port in fabric.ports.values():
-        if port.peer is not None and port.peer in fabric.ports:
-            fabric.links.add(frozenset((port.key, port.peer)))
-    for index, item in enumerate(_items(links, "links") if links is not None else ()):
-        _add_link(fabric, index, item)
-    return fabric
+
+
+def _add_unhealthy(fabric: UfmFabric, item: Mapping[str, Any]) -> None:
+    """One entry of UFM's unhealthy-port list (`UnhealthyGUID`, `UnhealthyPortNumber`, `Condition`
+    as a string or a list, `State`)."""
+    guid, number = _guid(_text(item, "UnhealthyGUID")), _int(_text(item, "UnhealthyPortNumber"))
+    if guid is None or number is None or (guid, number) not in fabric.ports:
+        fabric.warnings.append(f"unhealthy_ports: port {_text(item, 'UnhealthyPort') or guid} is not in the port listing")
+        return
+    condition = item.get("Condition")
+    text = ", ".join(str(c) for c in condition) if isinstance(condition, list) else _str(condition)
+    fabric.unhealthy[(guid, number)] = text or "unhealthy"
 
 
 def _add_link(fabric: UfmFabric, index: int, item: Mapping[str, Any]) -> None:
@@ -443,14 +472,25 @@ def port_faults(fabric: UfmFabric, join: _Join) -> dict[str, list[FabricFault]]:
             hca = b
         else:
             continue  # switch-to-switch cables are the domain's capacity, not a node's fault
-        fault = _link_fault((hca, b if hca is a else a), usual)
+        fault = _link_fault((hca, b if hca is a else a), usual, fabric.unhealthy)
         node = join.node(hca) if fault is not None else None
         if node is not None and fault is not None:
             out.setdefault(node, []).append(fault)
     return {node: sorted(faults, key=lambda f: f.text) for node, faults in out.items()}
 
 
-def _link_fault(ports: tuple[UfmPort, UfmPort], usual: Callable[[], float | None]) -> FabricFault | None:
+def _marked(ports: tuple[UfmPort, UfmPort], marks: Mapping[tuple[str, int], str]) -> FabricFault | None:
+    """A cable with an end UFM marks unhealthy (high BER, flapping, set by hand): a grey failure."""
+    found = [(p, marks[p.key]) for p in sorted(ports, key=_by_key) if p.key in marks]
+    if not found:
+        return None
+    said = "; ".join(f"{p.label()}: {why}" for p, why in found)
+    return FabricFault(failure=False, cause="RDMA", text=f"RDMA {ports[0].label()} marked unhealthy (UFM: {said})")
+
+
+def _link_fault(
+    ports: tuple[UfmPort, UfmPort], usual: Callable[[], float | None], marks: Mapping[tuple[str, int], str]
+) -> FabricFault | None:
     """The fault on a host cable (HCA end first), if any."""
     hca, switch = ports
     if not (hca.up and switch.up):
@@ -464,7 +504,7 @@ def _link_fault(ports: tuple[UfmPort, UfmPort], usual: Callable[[], float | None
         expected = usual()
     rates = [p.gbps for p in ports if p.gbps is not None]
     if expected is None or not rates or min(rates) >= expected:
-        return None
+        return _marked(ports, marks)
     return FabricFault(
         failure=False,
         cause="RDMA",
@@ -503,22 +543,24 @@ def summary(fabric: UfmFabric) -> str:
 
 
 def from_listings(listings: Mapping[str, Any]) -> UfmFabric:
-    """`parse` over {"ports": ..., "links": ..., "systems": ...} (what the adapter fetched)."""
+    """`parse` over {"ports": ..., "links": ..., "systems": ..., "unhealthy_ports": ...} (what the
+    adapter fetched, or a file holds)."""
     if "ports" not in listings:
         raise UfmError("ports: the port listing is required")
-    return parse(listings["ports"], links=listings.get("links"), systems=listings.get("systems"))
+    return parse(listings["ports"], links=listings.get("links"), systems=listings.get("systems"),
+                 unhealthy=listings.get("unhealthy_ports"))  # fmt: skip
 
 
 def load_file(path: str) -> UfmFabric:
     """Listings saved from UFM: a JSON file {"ports": [...], "links": [...], "systems": [...]}, or a
-    directory of ports.json (required), links.json and systems.json (what `curl -o` of each
+    directory of ports.json (required), links.json, systems.json and unhealthy_ports.json (what `curl -o` of each
     listing saves). Raises UfmError naming the file."""
     root = Path(path)
     try:
         if root.is_dir():
             listings = {
                 name: json.loads((root / f"{name}.json").read_text(encoding="utf-8"))
-                for name in ("ports", "links", "systems")
+                for name in ("ports", "links", "systems", "unhealthy_ports")
                 if name == "ports" or (root / f"{name}.json").exists()
             }
         else:

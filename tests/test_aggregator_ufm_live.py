@@ -81,7 +81,7 @@ class Aggregator:
                 "--listen", f"127.0.0.1:{self.port}", "--no-leader-election", "--agent-selector", "",
                 "--hold-down", "0", "--debounce", "0.05", "--resync", "5",
                 "--ufm-url", ufm.url, "--ufm-credentials", str(secret), "--ufm-interval", "0.3",
-                "--ufm-timeout", "2"]  # fmt: skip
+                "--ufm-timeout", "10"]  # fmt: skip
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
         wait_for(self.metrics, timeout=30, what="aggregator metrics")

@@ -6,12 +6,16 @@ exception in one probe becomes that component's `failed` health with the excepti
 other probes still run. Each cycle also records per-probe success and duration, which the metrics
 exporter serves (like node_exporter's `scrape_collector_success`).
 
-The probe modules are imported when first used, so a missing or broken module is one failed
-component, not an agent that cannot start.
+The probes are the list `PROBES` ("module:Class" of each, in the order they run; see
+agent.probes.protocol): adding one is one new module plus one line there. Each module is imported
+when the agent first runs its probe, so a missing or broken module is one failed probe, not an agent
+that cannot start. Grey-failure findings the probes add roll up into the components they name
+(agent.probes.grey.fold_all), through the latch that keeps an unchanged finding byte-identical.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 import threading
@@ -21,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.report import ComponentHealth, Health, NodeReport, ProbeResult
+from agent.probes.grey import GreyConfig, fold_all, latch
+from agent.probes.protocol import Cycle, Probe
+from agent.report import COMPONENTS, ComponentHealth, Health, NodeReport, ProbeResult
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,7 @@ class CollectConfig:
     lldp_wait: float = 0.0
     lldpd_socket: Path | None = None  # a host lldpd's control socket, read as a second LLDP source
     lldpcli: str = "lldpcli"
+    grey: GreyConfig = field(default_factory=GreyConfig)
 
     def __post_init__(self) -> None:
         check_nvml_mode(self.nvml)
@@ -111,15 +118,40 @@ def timed(name: str, probe: Callable[[], ProbeResult[T]]) -> tuple[ProbeResult[T
     return result, ProbeStat(name, not failed, elapsed, result.health.reason if failed else "")
 
 
-@dataclass
-class _Cycle:
-    results: dict[str, ProbeResult[Any]] = field(default_factory=dict)
-    stats: dict[str, ProbeStat] = field(default_factory=dict)
+# The probes, in the order they run ("module:Class"; a class takes no arguments). Later probes read
+# what earlier ones found (nvml reads rdma for GPU-NIC affinity, lldp reads net, the grey probes
+# read rdma, net and nvml). A new probe is one new module and one line here.
+PROBES: tuple[str, ...] = (
+    "agent.collect:HostProbe",
+    "agent.collect:RdmaProbe",
+    "agent.collect:NetProbe",
+    "agent.collect:NvmlProbe",
+    "agent.collect:LldpProbe",
+    "agent.probes.port_errors:PortErrorProbe",
+    "agent.probes.link_training:LinkTrainingProbe",
+    "agent.probes.carrier_flaps:CarrierFlapProbe",
+    "agent.probes.nvlink_health:NvlinkHealthProbe",
+    "agent.probes.pcie:PcieProbe",
+)
 
-    def run(self, name: str, probe: Callable[[], ProbeResult[T]]) -> ProbeResult[T]:
-        result, stat = timed(name, probe)
-        self.results[name], self.stats[name] = result, stat
-        return result
+
+class _Broken:
+    """Stands in for a probe whose module or class cannot be loaded: that probe fails, no other."""
+
+    def __init__(self, name: str, error: str) -> None:
+        self.name, self.error = name, error
+
+    def run(self, cycle: Cycle) -> ProbeResult[Any]:
+        return ProbeResult.failed(self.error)
+
+
+def load_probe(spec: str) -> Probe:
+    module, _, cls = spec.partition(":")
+    try:
+        probe: Probe = getattr(importlib.import_module(module), cls)()
+        return probe
+    except Exception as exc:  # one broken probe module is that probe failing
+        return _Broken(cls.removesuffix("Probe").lower() or spec, f"cannot load probe {spec}: {_failure_text(exc)}")
 
 
 class Prober:
@@ -135,8 +167,13 @@ class Prober:
         links: Callable[[], Sequence[Any]] | None = None,
         nvml_backend: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        probes: Sequence[str] = PROBES,
+        link_modes: Callable[[str], list[str]] | None = None,
     ) -> None:
+        self._link_modes = link_modes
         self.config = config
+        self._probe_specs = tuple(probes)
+        self._probes: list[Probe] | None = None  # loaded on the first cycle
         self._links = links
         self._last_links: Sequence[Any] = ()
         self._clock = clock
@@ -161,6 +198,19 @@ class Prober:
             log.warning("cannot open NVML (%s): %s", self.config.nvml, exc)
             return None, f"cannot open NVML: {_failure_text(exc)}"
 
+    def link_modes(self, name: str) -> list[str]:
+        """The link modes a NIC supports (ethtool); tests and benchmarks replace this."""
+        if self._link_modes is None:
+            from agent.adapters.netlink import supported_link_modes
+
+            self._link_modes = supported_link_modes
+        return self._link_modes(name)
+
+    @property
+    def last_links(self) -> Sequence[Any]:
+        """The netlink link records the net probe read this cycle."""
+        return self._last_links
+
     @property
     def nvml_backend(self) -> Any:
         return self._backend
@@ -176,39 +226,43 @@ class Prober:
     def collect(self) -> NodeReport:
         """One full probe cycle; never raises for a probe's sake. Serialised across threads."""
         with self._lock:
-            cycle = _Cycle()
-            host = cycle.run("host", self._probe_host)
-            rdma = cycle.run("rdma", self._probe_rdma)
-            interfaces = cycle.run("net", self._probe_net)
-            nvml = cycle.run("nvml", lambda: self._probe_nvml(rdma.value or ()))
-            lldp = cycle.run("lldp", lambda: self._probe_lldp(interfaces.value or ()))
-            report = NodeReport(
-                node_name=self.config.node_name,
-                health={name: cycle.results[name].health for name in ("nvml", "rdma", "net", "lldp", "host")},
-                host=host.value,
-                nvml=nvml.value,
-                rdma=tuple(rdma.value or ()),
-                interfaces=tuple(interfaces.value or ()),
-                lldp=tuple(lldp.value or ()),
-            )
+            if self._probes is None:
+                self._probes = [load_probe(spec) for spec in self._probe_specs]
+            cycle = Cycle(now=self._clock(), config=self.config, host=self)
+            stats: dict[str, ProbeStat] = {}
+            for probe in self._probes:
+                result, stats[probe.name] = timed(probe.name, lambda p=probe: p.run(cycle))  # type: ignore[misc]
+                cycle.results[probe.name] = result
+            report = self._report(cycle)
             totals = self.xid_watcher.counts() if self.xid_watcher is not None else {}
             cycles = self.latest.cycles + 1 if self.latest else 1
-            self.latest = Snapshot(report, dict(cycle.stats), self._clock(), totals, cycles)
+            self.latest = Snapshot(report, stats, self._clock(), totals, cycles)
             return report
 
-    def _probe_host(self) -> ProbeResult[Any]:
-        from agent.probes import host
+    def _report(self, cycle: Cycle) -> NodeReport:
+        health = {name: cycle.results[name].health for name in COMPONENTS if name in cycle.results}
+        # A grey probe that itself failed (a bug, an unreadable tree) is not node health: it shows
+        # in hypertopo_probe_success; the components keep what their own probes said.
+        findings = latch(self.latest.report.findings if self.latest else (), cycle.findings)
+        return NodeReport(
+            node_name=self.config.node_name,
+            health=fold_all(health, findings),
+            host=cycle.value("host", None),
+            nvml=cycle.value("nvml", None),
+            rdma=tuple(cycle.value("rdma")),
+            interfaces=tuple(cycle.value("net")),
+            lldp=tuple(cycle.value("lldp")),
+            findings=findings,
+        )
 
-        return host.probe(self.config.procfs)
-
-    def _probe_rdma(self) -> ProbeResult[Any]:
+    def probe_rdma(self) -> ProbeResult[Any]:
         from agent.probes import rdma
 
         read = rdma.probe(self.config.sysfs)
         self._rdma_seen_active |= rdma.active_ports(read.value or ())  # once up, a port is in use
         return rdma.judge(read, seen_active=self._rdma_seen_active)
 
-    def _probe_net(self) -> ProbeResult[Any]:
+    def probe_net(self) -> ProbeResult[Any]:
         from agent.probes import net
 
         if self._links is None:
@@ -218,7 +272,7 @@ class Prober:
         self._last_links = self._links()
         return net.probe(self._last_links, sysfs=self.config.sysfs, include=self.config.interfaces)
 
-    def _probe_nvml(self, rdma_devices: Sequence[Any]) -> ProbeResult[Any]:
+    def probe_nvml(self, rdma_devices: Sequence[Any]) -> ProbeResult[Any]:
         if self._backend_error:
             return ProbeResult.failed(self._backend_error)
         from agent.probes import nvml
@@ -226,7 +280,7 @@ class Prober:
         xids = self.xid_watcher.recent() if self.xid_watcher is not None else None
         return nvml.probe(self._backend, sysfs=self.config.sysfs, rdma=tuple(rdma_devices), xids=xids)
 
-    def _probe_lldp(self, interfaces: Sequence[Any]) -> ProbeResult[Any]:
+    def probe_lldp(self, interfaces: Sequence[Any]) -> ProbeResult[Any]:
         from agent.probes import net
 
         # Neighbours of links that lost carrier are held: where a cut cable was plugged stays known.
@@ -245,6 +299,47 @@ class Prober:
 
         reader = LldpdReader(self.config.lldpd_socket or Path(), lldpcli=self.config.lldpcli)
         return reader.probe()
+
+
+class HostProbe:
+    name = "host"
+
+    def run(self, cycle: Cycle) -> ProbeResult[Any]:
+        from agent.probes import host
+
+        return host.probe(cycle.config.procfs)
+
+
+class RdmaProbe:
+    name = "rdma"
+
+    def run(self, cycle: Cycle) -> ProbeResult[Any]:
+        result: ProbeResult[Any] = cycle.host.probe_rdma()
+        return result
+
+
+class NetProbe:
+    name = "net"
+
+    def run(self, cycle: Cycle) -> ProbeResult[Any]:
+        result: ProbeResult[Any] = cycle.host.probe_net()
+        return result
+
+
+class NvmlProbe:
+    name = "nvml"
+
+    def run(self, cycle: Cycle) -> ProbeResult[Any]:
+        result: ProbeResult[Any] = cycle.host.probe_nvml(cycle.value("rdma"))
+        return result
+
+
+class LldpProbe:
+    name = "lldp"
+
+    def run(self, cycle: Cycle) -> ProbeResult[Any]:
+        result: ProbeResult[Any] = cycle.host.probe_lldp(cycle.value("net"))
+        return result
 
 
 def merge_lldpd(

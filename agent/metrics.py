@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agent.collect import Snapshot
-from agent.report import Gpu, Health, NodeReport
+from agent.report import Finding, Gpu, Health, NodeReport
 
 FABRIC_STATES = ("not-supported", "not-started", "in-progress", "completed")
 HEALTH_STATES = tuple(h.value for h in Health)
@@ -74,6 +74,7 @@ class AgentMetrics(Collector):
         yield from gpu_families(snap.report, snap.xid_totals)
         yield from rdma_families(snap.report)
         yield from interface_families(snap.report)
+        yield from degraded_families(snap.report)
 
     def _build_info(self) -> Metric:
         info = GaugeMetricFamily(
@@ -276,3 +277,54 @@ def interface_families(report: NodeReport) -> Iterator[Metric]:
             [n.interface, n.chassis_id, n.port_id, n.system_name or "", n.port_description or ""], 1
         )
     yield from (up, neighbours)
+
+
+def _findings_by(report: NodeReport, component: str) -> dict[str, list[Finding]]:
+    out: dict[str, list[Finding]] = {}
+    for finding in report.findings:
+        if finding.component == component:
+            out.setdefault(finding.subject, []).append(finding)
+    return out
+
+
+def degraded_families(report: NodeReport) -> Iterator[Metric]:
+    """`hypertopo_*_degraded`: 1 where a grey-failure finding (agent.probes.grey) stands, with the
+    labels of the matching health metric, so alerts and dashboards join them; and one
+    `hypertopo_grey_finding` sample per finding with its kind and severity."""
+    component = GaugeMetricFamily(
+        "hypertopo_component_degraded", "Component health is degraded (1) or not (0).", labels=["component"]
+    )
+    for name, health in sorted(report.health.items()):
+        component.add_metric([name], 1 if health.state is Health.DEGRADED else 0)
+    gpu = GaugeMetricFamily(
+        "hypertopo_gpu_degraded", "A grey-failure finding stands on the GPU or its NVLinks (1) or not (0).",
+        labels=GPU_LABELS,
+    )  # fmt: skip
+    nvml = _findings_by(report, "nvml")
+    for g in report.nvml.gpus if report.nvml else ():
+        mine = any(s == f"gpu{g.index}" or s.startswith(f"gpu{g.index}/") for s in nvml)
+        gpu.add_metric(_gpu_labels(report, g), 1 if mine else 0)
+    port = GaugeMetricFamily(
+        "hypertopo_rdma_port_degraded", "A grey-failure finding stands on the RDMA port (1) or not (0).",
+        labels=["device", "port", "link_layer", "netdev"],
+    )  # fmt: skip
+    rdma = _findings_by(report, "rdma")
+    for dev in report.rdma:
+        for p in dev.ports:
+            if p.health is not Health.UNUSED:
+                degraded = f"{dev.name}/{p.port}" in rdma
+                port.add_metric([dev.name, str(p.port), p.link_layer, p.netdev or ""], 1 if degraded else 0)
+    iface = GaugeMetricFamily(
+        "hypertopo_interface_degraded", "A grey-failure finding stands on the interface (1) or not (0).",
+        labels=["interface", "kind"],
+    )  # fmt: skip
+    net = _findings_by(report, "net")
+    for i in report.interfaces:
+        iface.add_metric([i.name, i.kind or ""], 1 if i.name in net else 0)
+    finding = GaugeMetricFamily(
+        "hypertopo_grey_finding", "A grey-failure finding in the NodeTopology; value is 1.",
+        labels=["component", "subject", "kind", "severity"],
+    )  # fmt: skip
+    for f in report.findings:
+        finding.add_metric([f.component, f.subject, f.kind, f.severity.value], 1)
+    yield from (component, gpu, port, iface, finding)

@@ -99,6 +99,9 @@ class GpuFabric:
     clique_id: int
     state: str  # "not-supported" | "not-started" | "in-progress" | "completed"
     status: str  # "success" or the NVML error name
+    # nvmlGpuFabricInfoV_t.healthMask (2-bit fields, agent.probes.nvlink_health decodes them into
+    # findings); None from drivers/bindings without the versioned call
+    health_mask: int | None = field(default=None, compare=False, metadata=METRIC_ONLY)
 
 
 @dataclass(frozen=True)
@@ -226,7 +229,7 @@ class Finding:
 
 # --- the whole report --------------------------------------------------------------------------
 
-COMPONENTS = ("nvml", "rdma", "net", "lldp", "host")
+COMPONENTS = ("nvml", "rdma", "net", "lldp", "host", "pcie")
 
 
 @dataclass(frozen=True)

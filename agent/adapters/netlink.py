@@ -76,6 +76,7 @@ def _record(msg: Any, names: dict[int, str]) -> LinkRecord:
         master=names.get(master) if master else None,
         link_type=_LINK_TYPES.get(msg["ifi_type"]),
         flags=msg["flags"],
+        carrier_changes=msg.get_attr("IFLA_CARRIER_CHANGES"),
     )
 
 
@@ -183,3 +184,18 @@ class LinkWatcher:
             self._on_change()
         except Exception:
             log.exception("link change callback failed; the watcher carries on")
+
+
+def supported_link_modes(name: str) -> list[str]:
+    """The link modes a NIC supports (`100000baseCR4/Full`, ...) from the kernel's ethtool
+    interface (pyroute2's Ethtool: ethtool netlink where the kernel has it, the ioctl otherwise);
+    empty when the driver does not say (veth, IPoIB, loopback). Sysfs has the current speed only."""
+    from pyroute2.ethtool import Ethtool
+
+    ethtool = Ethtool()
+    try:
+        return [str(mode) for mode in ethtool.get_link_mode(name).supported_modes or ()]
+    except Exception:  # NotSupportedError, a vanished interface, no permission: nothing known
+        return []
+    finally:
+        ethtool.close()

@@ -115,6 +115,7 @@ class PynvmlBackend:
             clique_id=int(info.cliqueId),
             state=_FABRIC_STATES.get(int(info.state), "unknown"),
             status="success" if status == 0 else self._names.get(status, f"ERROR_{status}"),
+            health_mask=int(info.healthMask) if hasattr(info, "healthMask") else None,
         )
 
     def _fabric_struct(self, handle: Any) -> Any:

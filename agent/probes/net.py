@@ -48,6 +48,7 @@ class LinkRecord:
     master: str | None = None  # name of the IFLA_MASTER link
     link_type: str | None = None  # "ether", "infiniband", "loopback", ... (ip's names for ARPHRD_*)
     flags: int = 0  # IFF_* flags
+    carrier_changes: int | None = None  # IFLA_CARRIER_CHANGES: carrier up/down transitions since creation
 
 
 def probe(

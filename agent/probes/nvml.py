@@ -231,8 +231,8 @@ def _domain(gpus: Sequence[Gpu]) -> tuple[NvLinkDomain | None, str]:
         seen = ", ".join(f"{u}/{c}" for u, c in cliques)
         return None, f"GPUs are in different NVLink cliques: {seen}"
     cluster_uuid, clique_id = cliques[0]
-    if cluster_uuid == ZERO_UUID:  # single-node NVSwitch board: fabric manager, no NVLink network
-        return None, ""
+    if cluster_uuid == ZERO_UUID or clique_id == 0:  # single-node NVSwitch board, or a registration
+        return None, ""  # the fabric manager completed without placing the GPU in a clique: no domain
     return NvLinkDomain(cluster_uuid=cluster_uuid, clique_id=clique_id, state="completed"), ""
 
 

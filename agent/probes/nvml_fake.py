@@ -20,12 +20,17 @@ fabric state, a GPU lost.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import uuid
 from dataclasses import dataclass
 
 from agent.probes.nvml_backend import CALLS, ERROR_COUNTERS, NvmlError, RemoteType, XidEvent
 from agent.report import GpuFabric
+
+# nvmlGpuFabricInfoV_t.healthMask of a healthy GB200 tray: every 2-bit field "FALSE" (2): degraded
+# bandwidth (bits 0-1), route recovery (2-3), route unhealthy (4-5), access timeout recovery (6-7)
+HEALTHY_FABRIC_MASK = 0b10101010
 
 DEFAULT_CLUSTER_UUID = "5c1d6a2e-8f47-4b0a-9e3c-7d2b1f6a9e40"
 DEFAULT_CLIQUE_ID = 32766
@@ -100,6 +105,7 @@ class FakeNvml:
                 clique_id=DEFAULT_CLIQUE_ID if clique_id is None else clique_id,
                 state="completed",
                 status="success",
+                health_mask=HEALTHY_FABRIC_MASK,
             )
             self._fabric = dict.fromkeys(range(self.gpus), fabric)
 
@@ -139,6 +145,16 @@ class FakeNvml:
 
     def set_uncorrected_ecc(self, gpu: int, count: int) -> None:
         self._ecc[gpu] = count
+
+    def set_fabric_health(self, gpu: int, **bits: bool) -> None:
+        """Sets fabric health mask fields (`degraded_bw=`, `route_recovery=`, `route_unhealthy=`,
+        `access_timeout_recovery=`: True or False, as a GB200 driver reports them)."""
+        from agent.probes.nvlink_health import encode_health_mask
+
+        fabric = self._fabric.get(gpu)
+        if fabric is None:
+            raise ValueError(f"GPU {gpu} has no fabric registration to set health on")
+        self._fabric[gpu] = dataclasses.replace(fabric, health_mask=encode_health_mask(fabric.health_mask, **bits))
 
     def set_fabric(self, gpu: int, fabric: GpuFabric | None) -> None:
         """None: the GPU answers NOT_SUPPORTED to fabric info."""

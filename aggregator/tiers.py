@@ -569,14 +569,27 @@ def infer(
     expand = _Expansion(classes, previous, dirty)
     domains = {}
     for key, d in nest.accepted.items():
-        nodes, direct = expand.nodes(key, d.nodes, frozenset(nest.direct[key]))
+        direct_classes = frozenset(nest.direct[key])
+        same = expand.unchanged(key, d.nodes, direct_classes)
+        place = (
+            tier[d.kind],
+            nest.parent.get(key),
+            tuple(nest.children[key]),
+            tuple(nest.merged.get(key, ())),
+        )
+        if same is not None and (same.tier, same.parent, same.children, same.merged) == place:
+            domains[key] = same  # the very object: comparing trees stays cheap
+            continue
+        nodes, direct = (
+            (same.domain.nodes, same.direct_nodes) if same else expand.nodes(d.nodes, direct_classes)
+        )
         domains[key] = TreeDomain(
             domain=Domain(d.key, d.kind, d.identity, nodes),
-            tier=tier[d.kind],
-            parent=nest.parent.get(key),
-            children=tuple(nest.children[key]),
+            tier=place[0],
+            parent=place[1],
+            children=place[2],
             direct_nodes=direct,
-            merged=tuple(nest.merged.get(key, ())),
+            merged=place[3],
         )
     lowest = _Lowest({c: key for key, cids in nest.direct.items() for c in cids}, dict(classes.of_node))
     node_uncabled = {n: missing for c, missing in uncabled.items() for n in classes.members[c]}
@@ -592,18 +605,18 @@ class _Expansion:
     dirty: Set[str]
     made: dict[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
-    def nodes(
-        self, key: str, cids: frozenset[str], direct: frozenset[str]
-    ) -> tuple[frozenset[str], tuple[str, ...]]:
+    def unchanged(self, key: str, cids: frozenset[str], direct: frozenset[str]) -> TreeDomain | None:
+        """The previous tree's domain of this key when it was made of the same classes, none of
+        which changed members since (its node sets hold as they are); else None."""
         self.made[key] = (cids, direct)
-        before = self.previous.domains.get(key) if self.previous is not None else None
-        if (
-            before is not None
-            and self.previous is not None
-            and self.previous.class_sets.get(key) == (cids, direct)
-            and not (cids & self.dirty)
-        ):
-            return before.domain.nodes, before.direct_nodes
+        if self.previous is None or cids & self.dirty:
+            return None
+        before = self.previous.domains.get(key)
+        if before is None or self.previous.class_sets.get(key) != (cids, direct):
+            return None
+        return before
+
+    def nodes(self, cids: frozenset[str], direct: frozenset[str]) -> tuple[frozenset[str], tuple[str, ...]]:
         members = self.classes.members
         nodes = frozenset().union(*(members[c] for c in cids))
         return nodes, tuple(sorted(n for c in direct for n in members[c]))

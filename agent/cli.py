@@ -32,6 +32,7 @@ from agent.collect import (
     failed_components,
 )
 from agent.command_line import EXIT_INPUT, InputError, add_common_arguments, one_line, setup_logging
+from agent.probes.grey import GreyConfig, RateLimit, parse_limit
 from agent.report import NodeReport, node_topology_object
 
 log = logging.getLogger("hypertopo-agent")
@@ -129,6 +130,76 @@ def _add_probe_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="also read LLDP neighbours from a host lldpd through its control socket mounted into the "
         "pod (e.g. /run/lldpd.socket; via `lldpcli -f json0`), for NICs whose firmware consumes LLDP",
+    )
+    _add_grey_flags(parser)
+
+
+def _error_limit(text: str) -> tuple[str, RateLimit]:
+    try:
+        return parse_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_grey_flags(parser: argparse.ArgumentParser) -> None:
+    """Windows and thresholds of the grey-failure probes (README: Grey-failure health)."""
+    grey = parser.add_argument_group("grey-failure health (run: rates need several cycles)")
+    defaults = GreyConfig()
+    grey.add_argument(
+        "--error-window",
+        type=_positive,
+        default=defaults.error_window_s,
+        metavar="SECONDS",
+        help="window over which port and NVLink error rates are measured (default %(default)s)",
+    )
+    grey.add_argument(
+        "--error-limit",
+        type=_error_limit,
+        action="append",
+        default=[],
+        metavar="COUNTER=D[:F]",
+        help="degraded (and failed, default 10x) rate per minute for an IB/RoCE or NVLink error "
+        "counter, e.g. symbol_error=60:600; repeatable; overrides the default for that counter",
+    )
+    grey.add_argument(
+        "--flap-window",
+        type=_positive,
+        default=defaults.flap_window_s,
+        metavar="SECONDS",
+        help="window for carrier and port state changes (default %(default)s)",
+    )
+    grey.add_argument(
+        "--flap-limit",
+        type=int,
+        default=defaults.flap_limit,
+        metavar="N",
+        help="more than N changes in the window is flapping: degraded (default %(default)s)",
+    )
+    grey.add_argument(
+        "--flap-hold-down",
+        type=_non_negative,
+        default=defaults.flap_hold_down_s,
+        metavar="SECONDS",
+        help="a flapping link stays degraded this long after its last change (default %(default)s)",
+    )
+
+
+def _grey_config(args: argparse.Namespace) -> GreyConfig:
+    limits = dict(args.error_limit)
+    defaults = GreyConfig()
+    return GreyConfig(
+        error_window_s=args.error_window,
+        error_limits={
+            **defaults.error_limits,
+            **{k: v for k, v in limits.items() if k not in defaults.nvlink_limits},
+        },
+        nvlink_limits={
+            **defaults.nvlink_limits,
+            **{k: v for k, v in limits.items() if k in defaults.nvlink_limits},
+        },
+        flap_window_s=args.flap_window,
+        flap_limit=max(0, args.flap_limit),
+        flap_hold_down_s=args.flap_hold_down,
     )
 
 
@@ -233,6 +304,7 @@ def _collect_config(args: argparse.Namespace, node_name: str) -> CollectConfig:
         interfaces=args.interfaces,
         lldp_wait=args.lldp_wait,
         lldpd_socket=args.lldpd_socket,
+        grey=_grey_config(args),
     )
 
 

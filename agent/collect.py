@@ -151,7 +151,9 @@ def load_probe(spec: str) -> Probe:
         probe: Probe = getattr(importlib.import_module(module), cls)()
         return probe
     except Exception as exc:  # one broken probe module is that probe failing
-        return _Broken(cls.removesuffix("Probe").lower() or spec, f"cannot load probe {spec}: {_failure_text(exc)}")
+        return _Broken(
+            cls.removesuffix("Probe").lower() or spec, f"cannot load probe {spec}: {_failure_text(exc)}"
+        )
 
 
 class Prober:
@@ -346,9 +348,9 @@ def merge_lldpd(
     raw: ProbeResult[Any], lldpd: ProbeResult[Any], include: re.Pattern[str] | None
 ) -> ProbeResult[Any]:
     """Neighbours heard on the raw sockets plus those the host lldpd knows (NICs whose firmware
-    consumes LLDP never pass frames to the kernel, but a host lldpd may still see them through
-    the driver). An lldpd that cannot be read degrades the component with the reason; it never hides
-what the raw sockets saw."""
+        consumes LLDP never pass frames to the kernel, but a host lldpd may still see them through
+        the driver). An lldpd that cannot be read degrades the component with the reason; it never hides
+    what the raw sockets saw."""
     seen = {(n.interface, n.chassis_id, n.port_id): n for n in raw.value or ()}
     for n in lldpd.value or ():
         if include is None or include.search(n.interface):

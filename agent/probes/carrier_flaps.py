@@ -32,7 +32,11 @@ class CarrierFlapProbe:
         reported = {i.name for i in cycle.value("net")}
         watched = []
         for record in cycle.host.last_links:
-            if record.name not in reported or record.carrier_changes is None or record.link_type == "infiniband":
+            if (
+                record.name not in reported
+                or record.carrier_changes is None
+                or record.link_type == "infiniband"
+            ):
                 continue
             watched.append(record.name)
             flap = self._flaps.observe(cycle.now, record.name, record.carrier_changes)

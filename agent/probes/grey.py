@@ -85,7 +85,11 @@ class GreyConfig:
     flap_hold_down_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if min(self.error_window_s, self.flap_window_s) <= 0 or self.flap_hold_down_s < 0 or self.flap_limit < 0:
+        if (
+            min(self.error_window_s, self.flap_window_s) <= 0
+            or self.flap_hold_down_s < 0
+            or self.flap_limit < 0
+        ):
             raise ValueError("grey-failure windows must be positive, limits and hold-down not negative")
 
 
@@ -275,7 +279,9 @@ def fold(health: ComponentHealth, findings: Sequence[Finding]) -> ComponentHealt
     return ComponentHealth(worst, summary)
 
 
-def fold_all(health: Mapping[str, ComponentHealth], findings: Sequence[Finding]) -> dict[str, ComponentHealth]:
+def fold_all(
+    health: Mapping[str, ComponentHealth], findings: Sequence[Finding]
+) -> dict[str, ComponentHealth]:
     out = dict(health)
     for component in {f.component for f in findings}:
         own = [f for f in findings if f.component == component]

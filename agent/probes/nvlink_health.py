@@ -34,7 +34,9 @@ HEALTH_FIELDS: dict[str, tuple[int, Health, str]] = {
 
 def decode_health_mask(mask: int) -> list[tuple[str, Health, str]]:
     """The fields of a health mask that are TRUE (name, severity, reason)."""
-    return [(name, sev, why) for name, (shift, sev, why) in HEALTH_FIELDS.items() if (mask >> shift) & 3 == TRUE]
+    return [
+        (name, sev, why) for name, (shift, sev, why) in HEALTH_FIELDS.items() if (mask >> shift) & 3 == TRUE
+    ]
 
 
 def encode_health_mask(mask: int | None, **bits: bool) -> int:

@@ -154,7 +154,9 @@ class FakeNvml:
         fabric = self._fabric.get(gpu)
         if fabric is None:
             raise ValueError(f"GPU {gpu} has no fabric registration to set health on")
-        self._fabric[gpu] = dataclasses.replace(fabric, health_mask=encode_health_mask(fabric.health_mask, **bits))
+        self._fabric[gpu] = dataclasses.replace(
+            fabric, health_mask=encode_health_mask(fabric.health_mask, **bits)
+        )
 
     def set_fabric(self, gpu: int, fabric: GpuFabric | None) -> None:
         """None: the GPU answers NOT_SUPPORTED to fabric info."""

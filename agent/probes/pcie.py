@@ -37,7 +37,10 @@ def _width(text: str | None) -> int | None:
 def link_finding(subject: str, path: Path, *, judge_speed: bool) -> Finding | bool | None:
     """The finding for one PCI function; False when its link attributes are not there."""
     speed, top_speed = _gts(read_text(path / "current_link_speed")), _gts(read_text(path / "max_link_speed"))
-    width, top_width = _width(read_text(path / "current_link_width")), _width(read_text(path / "max_link_width"))
+    width, top_width = (
+        _width(read_text(path / "current_link_width")),
+        _width(read_text(path / "max_link_width")),
+    )
     if speed is None or top_speed is None or width is None or top_width is None:
         return False
     slow = judge_speed and speed < top_speed
@@ -50,9 +53,13 @@ def link_finding(subject: str, path: Path, *, judge_speed: bool) -> Finding | bo
     )  # fmt: skip
 
 
-def devices(sysfs: Path, rdma: Iterable[Any], gpu_bus_ids: Iterable[tuple[int, str]]) -> list[tuple[str, Path, bool]]:
+def devices(
+    sysfs: Path, rdma: Iterable[Any], gpu_bus_ids: Iterable[tuple[int, str]]
+) -> list[tuple[str, Path, bool]]:
     """(subject, sysfs directory, judge speed) of each device to check."""
-    out = [(f"{d.name} {d.pci_address}", sysfs / "class" / "infiniband" / d.name / "device", True) for d in rdma]
+    out = [
+        (f"{d.name} {d.pci_address}", sysfs / "class" / "infiniband" / d.name / "device", True) for d in rdma
+    ]
     for index, bus_id in gpu_bus_ids:
         bdf = sysfs_bdf(bus_id)
         if bdf:

@@ -10,7 +10,8 @@ first), so pruning stays safe and the allocation itself confirms.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aggregator.placement.gang import ROOT, Gang
@@ -111,3 +112,21 @@ def leaves_in(topology: Topology, capacity: Capacity, domain: str) -> list[str]:
     if domain == ROOT:
         return sorted(capacity.leaf_cap)
     return [leaf for leaf in topology.leaves_below[domain] if leaf in capacity.leaf_cap]
+
+
+def cover(items: Iterable[tuple[str, int, bool]], need: int) -> list[tuple[str, int]]:
+    """Pick (key, share) from (key, capacity, preferred) items to hold `need`: repeatedly the smallest
+    item that covers what is left, else the largest; ties go to preferred items, then names.
+    This uses the fewest items (the largest-first count) and fits the last one best."""
+    order = sorted(items, key=lambda it: (it[1], not it[2], it[0]))
+    caps = [cap for _, cap, _ in order]
+    chosen: list[tuple[str, int]] = []
+    while need > 0 and order:
+        i = bisect_left(caps, need)
+        if i == len(caps):
+            i = bisect_left(caps, caps[-1])
+        share = min(need, caps[i])
+        chosen.append((order[i][0], share))
+        need -= share
+        del order[i], caps[i]
+    return chosen

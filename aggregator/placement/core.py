@@ -9,7 +9,11 @@ Objective, in order:
    "the smallest that covers what is left, else the largest", which keeps big holes whole;
 4. names break the remaining ties, so the same input gives the same answer.
 
-How: `capacity.measure` counts, once per decision, the gang's pods each node/leaf/HyperNode can
+Given a `FreeIndex` (free capacity with per-domain aggregates kept as pods bind and leave),
+`indexed.place` reads the same answer from the aggregates, touching only the domains and leaves
+the gang can use; it declines (and the counting below runs) where the aggregates are not exact.
+
+How, counting: `capacity.measure` counts, once per decision, the gang's pods each node/leaf/HyperNode can
 hold. Tiers are walked from the lowest up to the limit (soft mode then climbs); in the first tier
 with a domain big enough, domains are ranked by the leaves they would need (a sort of their leaf
 counts, not an allocation) and the allocation runs once, in the best. Only mixed-shape gangs,
@@ -18,12 +22,13 @@ whose counts are upper bounds, may need a second candidate.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from aggregator.placement.capacity import Capacity, leaf_key, leaves_in, measure
+from aggregator.placement import indexed
+from aggregator.placement.capacity import Capacity, cover, leaf_key, leaves_in, measure
+from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
 from aggregator.placement.resources import Resources
 from aggregator.placement.topology import Topology
@@ -49,11 +54,16 @@ def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
     """A node for every pod of `gang` (at least `min_member`), or the reason none fits."""
     if not gang.pods:
         return describe(topology, {}, gang.running.values())
-    capacity = measure(topology, free, gang, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
-    ask = _Ask(topology, free, gang, capacity, frozenset(gang.running.values()), _allowed(topology, gang))
     limit, problem = resolve_limit(topology, gang)
     if problem:
         return Placement({}, failure=Unplaceable(problem, gang.required))
+    if isinstance(free, FreeIndex) and free.topology is topology:
+        found = indexed.place(topology, free, gang, tier_order(topology, limit, gang.mode),
+                              excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
+        if found is not None:
+            return describe(topology, found)
+    capacity = measure(topology, free, gang, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
+    ask = _Ask(topology, free, gang, capacity, frozenset(gang.running.values()), _allowed(topology, gang))
     for tier in tier_order(topology, limit, gang.mode):
         for domain in ranked(ask, tier):
             assignments = _allocate(ask, domain)
@@ -140,24 +150,6 @@ def _leaves_needed(ask: _Ask, domain: str, target: int) -> int:
     return used
 
 
-def cover(items: Iterable[tuple[str, int, bool]], need: int) -> list[tuple[str, int]]:
-    """Pick (key, share) from (key, capacity, preferred) items to hold `need`: repeatedly the smallest
-    item that covers what is left, else the largest; ties go to preferred items, then names.
-    This uses the fewest items (the largest-first count) and fits the last one best."""
-    order = sorted(items, key=lambda it: (it[1], not it[2], it[0]))
-    caps = [cap for _, cap, _ in order]
-    chosen: list[tuple[str, int]] = []
-    while need > 0 and order:
-        i = bisect_left(caps, need)
-        if i == len(caps):
-            i = bisect_left(caps, caps[-1])
-        share = min(need, caps[i])
-        chosen.append((order[i][0], share))
-        need -= share
-        del order[i], caps[i]
-    return chosen
-
-
 def _slots(ask: _Ask, domain: str, target: int) -> list[tuple[str, int]]:
     """(node, pods) for `target` pods in `domain`: anchors' leaves first, then `cover` on leaves,
     then `cover` on each chosen leaf's nodes."""
@@ -225,6 +217,11 @@ def lowest_feasible_tier(topology: Topology, free: Mapping[str, Resources], gang
                          excluded_domains: frozenset[str] = frozenset()) -> int | None:
     """The lowest tier with a domain big enough for the gang by aggregate count, ignoring limits
     (exact for single-shape gangs); None when nothing holds it."""
+    if isinstance(free, FreeIndex) and free.topology is topology:
+        answered, tier = indexed.lowest_tier(topology, free, gang, tier_order(topology, None, Mode.SOFT),
+                                             excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
+        if answered:
+            return tier
     capacity = measure(topology, free, gang, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
     ask = _Ask(topology, free, gang, capacity, frozenset(gang.running.values()), _allowed(topology, gang))
     for tier in tier_order(topology, None, Mode.SOFT):

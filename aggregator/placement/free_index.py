@@ -1,0 +1,213 @@
+"""Free capacity per node with per-domain aggregates kept incrementally, so a decision reads only
+the domains a gang can use instead of counting every node of the cluster.
+
+Why: `capacity.measure` counts, once per decision, how many of the gang's pods every node, leaf
+and HyperNode holds: a pass over all nodes (O(cluster)) even for a single pod. Most gangs are
+bound by GPUs, and a node's count of g-GPU pods is then `free GPUs // g`. For each GPU size g a
+decision has asked for, `ShapeIndex` keeps that count per node, per leaf and per HyperNode (and
+the cluster), a histogram of leaf counts per domain, every tier's domains sorted by count and the
+leaves sorted by name per count. A bind, a release or a node change updates them along one
+ancestor chain (O(depth x log)), and a decision reads them.
+
+`FreeIndex` is a `Mapping[str, Resources]` (node -> free), so every caller that took a free-map
+takes it unchanged; `core.place` notices it and uses the aggregates where they give exactly the
+answer the full count gives (`gpu_bound`), and counts the classic way otherwise. Pure.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
+from typing import Any
+
+from aggregator.placement.capacity import leaf_key
+from aggregator.placement.gang import ROOT
+from aggregator.placement.resources import Resources
+from aggregator.placement.topology import Topology
+
+__all__ = ["FreeIndex", "ShapeIndex"]
+
+
+class ShapeIndex:
+    """Counts of g-GPU pods (by GPUs alone) per node, leaf and domain, kept as nodes change."""
+
+    def __init__(self, topology: Topology, gpus: int, free: Mapping[str, Resources],
+                 usable: Mapping[str, str]) -> None:
+        self.topology, self.gpus = topology, gpus
+        self.node_cap: dict[str, int] = {}
+        self.leaf_cap: dict[str, int] = {}
+        for node, leaf in usable.items():
+            cap = max(free[node].gpus, 0) // gpus
+            if cap > 0:
+                self.node_cap[node] = cap
+                self.leaf_cap[leaf] = self.leaf_cap.get(leaf, 0) + cap
+        self.domain_cap: dict[str, int] = {ROOT: 0}
+        self.leaf_hist: dict[str, dict[int, int]] = {ROOT: {}}  # domain -> leaf count -> leaves
+        self.leaves_by_cap: dict[int, list[str]] = {}  # leaf count -> leaves, sorted by name
+        for leaf, cap in self.leaf_cap.items():
+            self.leaves_by_cap.setdefault(cap, []).append(leaf)
+            for up in (*topology.chains.get(leaf, ()), ROOT):
+                self.domain_cap[up] = self.domain_cap.get(up, 0) + cap
+                hist = self.leaf_hist.setdefault(up, {})
+                hist[cap] = hist.get(cap, 0) + 1
+        for names in self.leaves_by_cap.values():
+            names.sort()
+        self.by_tier: dict[int, list[tuple[int, str]]] = {}  # tier -> (count, domain), sorted
+        for domain, cap in self.domain_cap.items():
+            if domain != ROOT and cap > 0:
+                self.by_tier.setdefault(topology.domains[domain].tier, []).append((cap, domain))
+        for ranked in self.by_tier.values():
+            ranked.sort()
+
+    def update(self, node: str, leaf: str, old: int, new: int) -> None:
+        """A usable node's free GPUs went from `old` to `new`."""
+        delta = max(new, 0) // self.gpus - max(old, 0) // self.gpus
+        if delta == 0:
+            return
+        cap = self.node_cap.get(node, 0) + delta
+        _set_positive(self.node_cap, node, cap)
+        before = self.leaf_cap.get(leaf, 0)
+        after = before + delta
+        _set_positive(self.leaf_cap, leaf, after)
+        _move(self.leaves_by_cap, leaf, before, after)
+        for up in (*self.topology.chains.get(leaf, ()), ROOT):
+            hist = self.leaf_hist.setdefault(up, {})
+            if before > 0:
+                _set_positive(hist, before, hist[before] - 1)
+            if after > 0:
+                hist[after] = hist.get(after, 0) + 1
+            had = self.domain_cap.get(up, 0)
+            self.domain_cap[up] = had + delta
+            if up != ROOT:
+                ranked = self.by_tier.setdefault(self.topology.domains[up].tier, [])
+                if had > 0:
+                    del ranked[bisect_left(ranked, (had, up))]
+                if had + delta > 0:
+                    insort(ranked, (had + delta, up))
+
+    def leaves_of(self, domain: str, cap: int) -> Iterator[str]:
+        """Leaves below `domain` whose count is `cap`, by name (what `core.cover` orders by)."""
+        if domain == ROOT:
+            return iter(self.leaves_by_cap.get(cap, ()))
+        below = self.topology.leaves_below[domain]
+        if len(below) <= 4 * len(self.leaves_by_cap.get(cap, ())):
+            return (leaf for leaf in below if self.leaf_cap.get(leaf) == cap)
+        chains = self.topology.chains
+        return (leaf for leaf in self.leaves_by_cap.get(cap, ()) if domain in chains.get(leaf, ()))
+
+    def nodes_of(self, leaf: str) -> list[str]:
+        """The leaf's nodes that hold a pod, by name."""
+        if leaf in self.topology.domains:
+            return [n for n in self.topology.domains[leaf].nodes if n in self.node_cap]
+        return [leaf.split("/", 1)[1]]
+
+
+def _set_positive(table: dict[Any, int], key: Any, value: int) -> None:
+    if value > 0:
+        table[key] = value
+    else:
+        table.pop(key, None)
+
+
+def _move(lists: dict[int, list[str]], name: str, before: int, after: int) -> None:
+    if before > 0:
+        names = lists[before]
+        del names[bisect_left(names, name)]
+    if after > 0:
+        insort(lists.setdefault(after, []), name)
+
+
+class _MinRatio:
+    """The smallest `amount / GPUs` over nodes with GPUs, kept with a lazily cleaned heap."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[Fraction, int, str]] = []
+        self.version: dict[str, int] = {}
+
+    def put(self, node: str, amount: int | None, gpus: int) -> None:
+        version = self.version.get(node, 0) + 1
+        self.version[node] = version
+        if amount is not None and gpus > 0:
+            heapq.heappush(self.heap, (Fraction(amount, gpus), version, node))
+        if len(self.heap) > 4 * len(self.version) + 1024:
+            self.heap = [e for e in self.heap if self.version.get(e[2]) == e[1]]
+            heapq.heapify(self.heap)
+
+    def least(self) -> Fraction | None:
+        while self.heap and self.version.get(self.heap[0][2]) != self.heap[0][1]:
+            heapq.heappop(self.heap)
+        return self.heap[0][0] if self.heap else None
+
+
+class FreeIndex(Mapping[str, Resources]):
+    """Free resources per node for one `Topology`, with the aggregates `core.place` reads."""
+
+    def __init__(self, topology: Topology, free: Mapping[str, Resources]) -> None:
+        self.topology = topology
+        self._free: dict[str, Resources] = dict(free)
+        # node -> its leaf (or pseudo-leaf), for nodes a placement may use at all (leaf usable)
+        self._usable = {n: leaf_key(topology, n) for n in self._free if topology.node_usable(n)}
+        self._shapes: dict[int, ShapeIndex] = {}
+        self._ratios = (_MinRatio(), _MinRatio(), _MinRatio())
+        for node in self._usable:
+            self._track(node, self._free[node])
+
+    def __getitem__(self, node: str) -> Resources:
+        return self._free[node]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._free)
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    def leaf_of(self, node: str) -> str:
+        """The leaf (or pseudo-leaf) of a node a placement may use."""
+        return self._usable[node]
+
+    def set(self, node: str, free: Resources | None) -> None:
+        """A node's free resources changed (None: the node is gone)."""
+        old = self._free.get(node)
+        if free is None:
+            self._free.pop(node, None)
+        else:
+            self._free[node] = free
+        leaf = self._usable.get(node)
+        if leaf is None and free is not None and old is None and self.topology.node_usable(node):
+            leaf = self._usable[node] = leaf_key(self.topology, node)
+        if leaf is None:
+            return
+        if free is None:
+            del self._usable[node]
+        self._track(node, free)
+        before, after = old.gpus if old else 0, free.gpus if free else 0
+        for shape in self._shapes.values():
+            shape.update(node, leaf, before, after)
+
+    def _track(self, node: str, free: Resources | None) -> None:
+        gpus = free.gpus if free is not None else 0
+        cpu, memory, pods = self._ratios
+        cpu.put(node, free.cpu_milli if free else None, gpus)
+        memory.put(node, free.memory if free else None, gpus)
+        pods.put(node, free.pods if free else None, gpus)
+
+    def gpu_bound(self, request: Resources) -> bool:
+        """True when every node's count of `request` pods is its free GPUs // request.gpus: CPU,
+        memory and pod slots never bind first. Checked by the smallest CPU, memory and slots per
+        free GPU over all nodes (enough, and cheap to keep)."""
+        if request.gpus <= 0:
+            return False
+        for ratios, want in zip(self._ratios, (request.cpu_milli, request.memory, request.pods), strict=True):
+            least = ratios.least()
+            if want > 0 and least is not None and Fraction(want, request.gpus) > least:
+                return False
+        return True
+
+    def shape(self, gpus: int) -> ShapeIndex:
+        """The aggregates for g-GPU pods, built on first use and kept from then on."""
+        found = self._shapes.get(gpus)
+        if found is None:
+            found = self._shapes[gpus] = ShapeIndex(self.topology, gpus, self._free, self._usable)
+        return found

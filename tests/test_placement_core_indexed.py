@@ -1,0 +1,143 @@
+"""The core reading a `FreeIndex` gives exactly the counting core's placement, on random trees,
+random free capacity, random gangs (sizes, shapes, limits, minMember, exclusions) and after
+random binds and releases applied to the index incrementally.
+
+The reference is `core.place` on a plain dict: the counting path (`capacity.measure`), today's
+algorithm, which the index path must reproduce pod for pod."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+import pytest
+
+from aggregator.placement import indexed
+from aggregator.placement.core import lowest_feasible_tier, place
+from aggregator.placement.free_index import FreeIndex
+from aggregator.placement.gang import Gang, Mode, PodSpec
+from aggregator.placement.resources import Resources
+from aggregator.placement.topology import Topology, build
+
+
+def _member(kind: str, name: str) -> dict[str, Any]:
+    return {"type": kind, "selector": {"exactMatch": {"name": name}}}
+
+
+def random_tree(rng: random.Random) -> tuple[list[dict[str, Any]], list[str]]:
+    """Up to 4 tiers of random fan-out; some nodes hang above tier 1 or in no HyperNode; some
+    HyperNodes are not Ready."""
+    objs: list[dict[str, Any]] = []
+    names: list[str] = []
+    count = itertools.count()
+
+    def subtree(tier: int, prefix: str) -> str:
+        name = f"{prefix}{rng.randint(0, 99)}-{next(count)}"
+        members = []
+        if tier == 1:
+            for _ in range(rng.randint(1, 4)):
+                names.append(node := f"n{next(count):03d}")
+                members.append(_member("Node", node))
+        else:
+            members = [_member("HyperNode", subtree(tier - 1, prefix)) for _ in range(rng.randint(1, 3))]
+            if rng.random() < 0.2:
+                names.append(node := f"n{next(count):03d}")
+                members.append(_member("Node", node))
+        obj: dict[str, Any] = {"metadata": {"name": name}, "spec": {"tier": tier, "tierName": f"t{tier}", "members": members}}
+        if rng.random() < 0.05:
+            obj["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
+        objs.append(obj)
+        return name
+
+    top = rng.randint(1, 4)
+    for _ in range(rng.randint(1, 3)):
+        subtree(top, rng.choice("abc"))
+    for _ in range(rng.randint(0, 2)):
+        names.append(f"loose{next(count)}")
+    return objs, names
+
+
+def random_free(rng: random.Random, names: list[str]) -> dict[str, Resources]:
+    return {n: Resources(rng.choice((0, 1, 2, 3, 4, 8, 8)), rng.choice((64_000, 64_000, 3000)), 2**40,
+                         rng.choice((110, 110, 2))) for n in names}
+
+
+def random_gang(rng: random.Random, topology: Topology) -> Gang:
+    pods = rng.randint(1, 12)
+    gpus = rng.choice((1, 2, 4, 8))
+    cpu = rng.choice((1000, 1000, 0))
+    shapes = [Resources(gpus, cpu, 2**30, 1)]
+    if rng.random() < 0.1:
+        shapes.append(Resources(rng.choice((1, 2)), 1000, 2**30, 1))  # mixed: counted classically
+    limit = rng.choice((None, None, *topology.tiers))
+    return Gang(f"g{rng.randint(0, 999)}", tuple(PodSpec(f"p{i:02d}", rng.choice(shapes)) for i in range(pods)),
+                min_member=rng.choice((None, None, max(1, pods // 2))), mode=rng.choice((Mode.HARD, Mode.SOFT)),
+                highest_tier=limit)
+
+
+def exclusions(rng: random.Random, topology: Topology, names: list[str]) -> tuple[frozenset[str], frozenset[str]]:
+    nodes = frozenset(rng.sample(names, k=min(len(names), rng.choice((0, 0, 1, 3)))))
+    domains = frozenset(rng.sample(sorted(topology.domains), k=min(len(topology.domains), rng.choice((0, 0, 0, 1)))))
+    return nodes, domains
+
+
+def test_index_places_every_gang_exactly_as_the_counting_core_through_binds_and_releases() -> None:
+    answered = compared = 0
+    for seed in range(300):
+        rng = random.Random(seed)
+        objs, names = random_tree(rng)
+        topology = build(objs)
+        free = random_free(rng, names)
+        index = FreeIndex(topology, free)
+        for _ in range(8):
+            gang = random_gang(rng, topology)
+            nodes, domains = exclusions(rng, topology, names)
+            want = place(topology, dict(index), gang, excluded_nodes=nodes, excluded_domains=domains)
+            got = place(topology, index, gang, excluded_nodes=nodes, excluded_domains=domains)
+            assert got == want, (seed, gang)
+            assert lowest_feasible_tier(topology, index, gang, excluded_nodes=nodes, excluded_domains=domains) == \
+                lowest_feasible_tier(topology, dict(index), gang, excluded_nodes=nodes, excluded_domains=domains)
+            compared += 1
+            tiers = list(range(1, topology.top_tier + 2))
+            answered += indexed.place(topology, index, gang, tiers, excluded_nodes=nodes,
+                                      excluded_domains=domains) is not None
+            for pod, node in want.assignments.items():  # bind: the index follows incrementally
+                request = next(p.request for p in gang.pods if p.name == pod)
+                index.set(node, index[node] - request)
+            for node in rng.sample(names, k=min(3, len(names))):  # pods leave, nodes change
+                index.set(node, Resources(rng.choice((0, 2, 8)), 64_000, 2**40, 110))
+        assert dict(index) == {**free, **dict(index)} and set(index) == set(free)
+    assert compared == 2400
+    assert answered > 600  # the index path really answers most of them (not only the fallback)
+
+
+def test_index_matches_a_fresh_index_after_changes_including_node_removal_and_return() -> None:
+    rng = random.Random(7)
+    objs, names = random_tree(rng)
+    while len(names) < 6:
+        objs, names = random_tree(rng)
+    topology = build(objs)
+    index = FreeIndex(topology, random_free(rng, names))
+    index.shape(2)
+    index.shape(8)
+    for _ in range(200):
+        node = rng.choice(names)
+        index.set(node, None if rng.random() < 0.2 else Resources(rng.choice((0, 3, 8)), 64_000, 2**40, 110))
+    fresh = FreeIndex(topology, dict(index))
+    for gpus in (2, 8):
+        a, b = index.shape(gpus), fresh.shape(gpus)
+        assert (a.node_cap, a.leaf_cap, a.by_tier) == (b.node_cap, b.leaf_cap, b.by_tier)
+        assert {d: c for d, c in a.domain_cap.items() if c} == {d: c for d, c in b.domain_cap.items() if c}
+        assert {k: v for k, v in a.leaves_by_cap.items() if v} == {k: v for k, v in b.leaves_by_cap.items() if v}
+        assert {d: h for d, h in a.leaf_hist.items() if h} == {d: h for d, h in b.leaf_hist.items() if h}
+
+
+@pytest.mark.parametrize("cpu_per_pod", [60_000, 32_001])
+def test_index_declines_when_cpu_could_bind_before_gpus(cpu_per_pod: int) -> None:
+    topology = build([{"metadata": {"name": "l"}, "spec": {"tier": 1, "members": [_member("Node", "a")]}}])
+    index = FreeIndex(topology, {"a": Resources(8, 128_000, 2**40, 110)})
+    gang = Gang("g", (PodSpec("p", Resources(2, cpu_per_pod, 0, 1)),))
+    assert not index.gpu_bound(gang.pods[0].request)
+    assert indexed.place(topology, index, gang, [1, 2], excluded_nodes=frozenset(), excluded_domains=frozenset()) is None
+    assert place(topology, index, gang) == place(topology, {"a": Resources(8, 128_000, 2**40, 110)}, gang)

@@ -173,6 +173,7 @@ class Prober:
         link_modes: Callable[[str], list[str]] | None = None,
     ) -> None:
         self._link_modes = link_modes
+        self._link_mode_cache: dict[tuple[str, str | None], list[str]] = {}
         self.config = config
         self._probe_specs = tuple(probes)
         self._probes: list[Probe] | None = None  # loaded on the first cycle
@@ -201,12 +202,20 @@ class Prober:
             return None, f"cannot open NVML: {_failure_text(exc)}"
 
     def link_modes(self, name: str) -> list[str]:
-        """The link modes a NIC supports (ethtool); tests and benchmarks replace this."""
+        """The link modes a NIC supports (ethtool; tests replace the reader). Asked once per
+        interface name and MAC: what a NIC supports does not change while it is plugged in, and
+        an ethtool query costs more than the rest of the net probe."""
         if self._link_modes is None:
             from agent.adapters.netlink import supported_link_modes
 
             self._link_modes = supported_link_modes
-        return self._link_modes(name)
+        mac = next((r.mac for r in self._last_links if r.name == name), None)
+        key = (name, mac)
+        if key not in self._link_mode_cache:
+            if len(self._link_mode_cache) > 4096:  # interfaces come and go (veths): stay bounded
+                self._link_mode_cache.clear()
+            self._link_mode_cache[key] = self._link_modes(name)
+        return self._link_mode_cache[key]
 
     @property
     def last_links(self) -> Sequence[Any]:

@@ -40,10 +40,15 @@ def _model(device_dir: Path) -> str:
     return ""
 
 
-def ib_findings(devices: Iterable[Any], class_dir: Path) -> list[Finding]:
+def ib_findings(
+    devices: Iterable[Any], class_dir: Path, models: dict[str, str] | None = None
+) -> list[Finding]:
+    """`models` caches each device's model by name and GUID (it never changes under a device)."""
+    models = {} if models is None else models
     ports = []
     for device in devices:
-        model = _model(class_dir / device.name)
+        key = f"{device.name} {device.node_guid}"
+        model = models[key] if key in models else models.setdefault(key, _model(class_dir / device.name))
         for port in device.ports:
             if port.state == "ACTIVE" and port.rate_gbps:
                 ports.append((device.name, model, port))
@@ -89,8 +94,13 @@ def ethernet_findings(interfaces: Iterable[Any], link_modes: Any) -> list[Findin
 class LinkTrainingProbe:
     name = "link-training"
 
+    def __init__(self) -> None:
+        self._models: dict[str, str] = {}
+
     def run(self, cycle: Cycle) -> ProbeResult[Any]:
-        found = ib_findings(cycle.value("rdma"), cycle.config.sysfs / "class" / "infiniband")
+        if len(self._models) > 1024:
+            self._models.clear()
+        found = ib_findings(cycle.value("rdma"), cycle.config.sysfs / "class" / "infiniband", self._models)
         found += ethernet_findings(cycle.value("net"), cycle.host.link_modes)
         cycle.findings += found
         return ProbeResult(len(found), ComponentHealth(Health.OK))

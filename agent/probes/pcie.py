@@ -34,12 +34,19 @@ def _width(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-def link_finding(subject: str, path: Path, *, judge_speed: bool) -> Finding | bool | None:
+def read_max(path: Path) -> tuple[float | None, int | None]:
+    """What the slot and device can do (fixed while the device is present)."""
+    return _gts(read_text(path / "max_link_speed")), _width(read_text(path / "max_link_width"))
+
+
+def link_finding(
+    subject: str, path: Path, *, judge_speed: bool, maximum: tuple[float | None, int | None] | None = None
+) -> Finding | bool | None:
     """The finding for one PCI function; False when its link attributes are not there."""
-    speed, top_speed = _gts(read_text(path / "current_link_speed")), _gts(read_text(path / "max_link_speed"))
-    width, top_width = (
+    top_speed, top_width = maximum or read_max(path)
+    speed, width = (
+        _gts(read_text(path / "current_link_speed")),
         _width(read_text(path / "current_link_width")),
-        _width(read_text(path / "max_link_width")),
     )
     if speed is None or top_speed is None or width is None or top_width is None:
         return False
@@ -70,12 +77,17 @@ def devices(
 class PcieProbe:
     name = "pcie"
 
+    def __init__(self) -> None:
+        self._max: dict[Path, tuple[float | None, int | None]] = {}  # read once per device
+
     def run(self, cycle: Cycle) -> ProbeResult[Any]:
         nvml = cycle.value("nvml", None)
         gpus = [(g.index, g.pci_bus_id) for g in nvml.gpus] if nvml is not None else []
         judged = 0
         for subject, path, judge_speed in devices(cycle.config.sysfs, cycle.value("rdma"), gpus):
-            finding = link_finding(subject, path, judge_speed=judge_speed)
+            if path not in self._max or None in self._max[path]:
+                self._max[path] = read_max(path)
+            finding = link_finding(subject, path, judge_speed=judge_speed, maximum=self._max[path])
             if finding is False:
                 continue
             judged += 1

@@ -340,3 +340,22 @@ def test_the_cli_flags_set_windows_and_per_counter_limits() -> None:
     assert grey.error_limits["symbol_error"] == RateLimit(60, 600)
     assert grey.nvlink_limits["replay"] == RateLimit(1, 10) and "replay" not in grey.error_limits
     assert grey.error_limits["link_error_recovery"] == RateLimit(5, 50)  # the others keep their defaults
+
+
+def test_the_real_nvml_capture_script_records_fabric_health_pcie_and_counters(host: Path) -> None:
+    """tests/gpu/run_real_nvml.py's grey part, run here over the fake (no GPU in CI): ready for
+    a GPU machine."""
+    import importlib.util
+
+    script = Path(__file__).parent / "gpu" / "run_real_nvml.py"
+    spec = importlib.util.spec_from_file_location("run_real_nvml", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fake = FakeNvml("gb200-nvl72")
+    fake.set_fabric_health(1, degraded_bw=True)
+    got = module.grey_capture(fake, host, 0.0)
+    assert got["gpus"][1]["health_mask_true"] == ["degraded_bw"]
+    assert set(got["gpus"][0]["pcie"]) == {"bdf", *module.PCIE_ATTRS}
+    assert [f["kind"] for f in got["findings"]] == ["fabric-health"]
+    assert got["health"]["nvml"]["state"] == "degraded"

@@ -7,7 +7,11 @@ when a GPU machine is at hand, and its output is kept as a fixture with a note o
 
 The JSON holds: `machine` (hostname, kernel, driver, GPU names: the note to keep with the
 fixture), `health`, `wire` (what would go into the NodeTopology spec), `full` (every field,
-counters included), `xid` (what the watcher saw), and `timing_ms` (probe duration). Exit status:
+counters included), `xid` (what the watcher saw), `timing_ms` (probe duration), and `grey` (issue
+10): per GPU the raw fabric health mask and its decoded fields, the PCIe link attributes from sysfs
+(current and max speed and width), the NVLink error counters of two reads `--grey-seconds` apart,
+and the findings and component health of two full agent probe cycles over the real NVML binding
+and the host's sysfs (`--grey-seconds 0` skips it). Exit status:
 0 when NVML answered (even degraded), 1 when the probe is absent or failed, 2 on bad usage.
 """
 
@@ -25,8 +29,61 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.adapters.nvml_binding import open_backend
+from agent.collect import CollectConfig, Prober
 from agent.probes import nvml, rdma
+from agent.probes.nvlink_health import decode_health_mask
+from agent.probes.pci_affinity import sysfs_bdf
 from agent.report import Health, to_wire
+
+PCIE_ATTRS = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")
+
+
+def pcie_link(sysfs: Path, bus_id: str) -> dict[str, str | None]:
+    bdf = sysfs_bdf(bus_id)
+    path = sysfs / "bus" / "pci" / "devices" / (bdf or "none")
+    out: dict[str, str | None] = {"bdf": bdf}
+    for attr in PCIE_ATTRS:
+        try:
+            out[attr] = (path / attr).read_text().strip()
+        except OSError as exc:
+            out[attr] = f"unreadable: {exc.strerror}"
+    return out
+
+
+def grey_capture(backend: Any, sysfs: Path, seconds: float) -> dict[str, Any]:
+    """Two agent cycles `seconds` apart over the real binding: what the grey probes see."""
+    prober = Prober(CollectConfig(platform.node(), sysfs=sysfs), nvml_backend=backend)
+    first = prober.collect()
+    time.sleep(seconds)
+    second = prober.collect()
+    gpus = second.nvml.gpus if second.nvml else ()
+    before = {g.index: g for g in (first.nvml.gpus if first.nvml else ())}
+    per_gpu = []
+    for gpu in gpus:
+        mask = gpu.fabric.health_mask if gpu.fabric else None
+        per_gpu.append(
+            {
+                "index": gpu.index,
+                "fabric": full(gpu.fabric) if gpu.fabric else None,
+                "health_mask": mask,
+                "health_mask_true": [name for name, _, _ in decode_health_mask(mask or 0)],
+                "pcie": pcie_link(sysfs, gpu.pci_bus_id),
+                "nvlink_errors_first": {
+                    link.link: dict(link.error_counters) for link in before[gpu.index].nvlinks
+                }
+                if gpu.index in before
+                else {},
+                "nvlink_errors_second": {link.link: dict(link.error_counters) for link in gpu.nvlinks},
+            }
+        )
+    stats = prober.latest.stats if prober.latest else {}
+    return {
+        "seconds_between": seconds,
+        "gpus": per_gpu,
+        "findings": [to_wire(f) for f in second.findings],
+        "health": {k: to_wire(v) for k, v in second.health.items()},
+        "probe_ms": {k: round(v.duration_seconds * 1000, 3) for k, v in stats.items()},
+    }
 
 
 def full(value: Any) -> Any:
@@ -56,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sysfs", type=Path, default=Path("/sys"))
     parser.add_argument("--xid-seconds", type=float, default=0.0)
+    parser.add_argument(
+        "--grey-seconds", type=float, default=5.0, help="between the two grey cycles (0: skip)"
+    )
     args = parser.parse_args(argv)
 
     backend = open_backend()
@@ -77,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         "full": full(report) if report else None,
         "xid": watch_xids(backend, args.xid_seconds) if backend else None,
         "timing_ms": round(elapsed_ms, 2),
+        "grey": grey_capture(backend, args.sysfs, args.grey_seconds)
+        if backend and args.grey_seconds > 0
+        else None,
     }
     args.out.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(f"{args.out}: {result.health.state.value} {result.health.reason}".rstrip())

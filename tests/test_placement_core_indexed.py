@@ -141,3 +141,42 @@ def test_index_declines_when_cpu_could_bind_before_gpus(cpu_per_pod: int) -> Non
     assert not index.gpu_bound(gang.pods[0].request)
     assert indexed.place(topology, index, gang, [1, 2], excluded_nodes=frozenset(), excluded_domains=frozenset()) is None
     assert place(topology, index, gang) == place(topology, {"a": Resources(8, 128_000, 2**40, 110)}, gang)
+
+
+def _node(name: str, gpus: int) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64",
+                                                                   "memory": "512Gi", "pods": "110"}}}
+
+
+def _pod(name: str, gpus: int, node: str = "") -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": name},
+            "spec": {"schedulerName": "hypertopo", "nodeName": node,
+                     "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "1"}}}]}}
+
+
+def test_scheduler_state_keeps_its_index_in_step_with_binds_assumptions_and_node_changes() -> None:
+    from aggregator.placement.state import ClusterState
+
+    state = ClusterState("hypertopo")
+    objs = [{"metadata": {"name": f"leaf{i}"}, "spec": {"tier": 1, "members": [_member("Node", f"n{2 * i + j}") for j in (0, 1)]}}
+            for i in range(3)]
+    topology = build(objs)
+    for i in range(6):
+        state.apply("Node", "ADDED", _node(f"n{i}", 8))
+    index = state.free_index(topology)
+    index.shape(4)
+    state.apply("Pod", "ADDED", _pod("a", 4, "n0"))
+    state.apply("Pod", "ADDED", _pod("b", 8))
+    state.assume(("ns", "b"), "n3")
+    state.apply("Node", "MODIFIED", _node("n5", 4))
+    state.apply("Node", "DELETED", _node("n1", 8))
+    assert state.free_index(topology) is index  # same topology: updated, not rebuilt
+    assert dict(index) == state.free()
+    fresh = FreeIndex(topology, state.free())
+    assert index.shape(4).node_cap == fresh.shape(4).node_cap == {"n0": 1, "n2": 2, "n4": 2, "n5": 1}
+    assert index.shape(4).by_tier == fresh.shape(4).by_tier
+    state.forget(("ns", "b"))
+    gang = Gang("g", tuple(PodSpec(f"p{i}", Resources(4, 1000, 0, 1)) for i in range(2)))
+    assert place(topology, state.free_index(topology), gang) == place(topology, state.free(), gang)
+    # best fit: leaf2 (3 left) before leaf1 (4), and n4 (2) covers both pods
+    assert place(topology, state.free_index(topology), gang).assignments == {"p0": "n4", "p1": "n4"}

@@ -152,7 +152,7 @@ def decide(
     def attempt(blocked: frozenset[str]) -> Placement:
         if policies:
             return _place_subgroups(topology, state, view, gang, policies, anchors, blocked, excluded_domains)
-        found = core.place(topology, state.free(), gang, excluded_nodes=blocked, excluded_domains=excluded_domains)
+        found = core.place(topology, state.free_index(topology), gang, excluded_nodes=blocked, excluded_domains=excluded_domains)
         return _with_task_minimums(topology, state, view, gang, found, blocked, excluded_domains)
 
     levels = degraded.avoid_levels(topology, degraded_nodes)
@@ -186,7 +186,7 @@ def _place_subgroups(topology: Topology, state: ClusterState, view: GangView, ga
     if rest is not None:
         rest = Gang(rest.name, rest.pods, mode=gang.mode, highest_tier=gang.highest_tier,
                     highest_tier_name=gang.highest_tier_name, running=rest.running)
-    return nested.place(topology, state.free(), gang, parts, rest, required_parts=subgroups.required_subgroups(groups),
+    return nested.place(topology, state.free_index(topology), gang, parts, rest, required_parts=subgroups.required_subgroups(groups),
                         excluded_nodes=blocked, excluded_domains=excluded_domains)
 
 
@@ -206,7 +206,7 @@ def _with_task_minimums(topology: Topology, state: ClusterState, view: GangView,
     if not short(placement.assignments):
         return placement
     whole = Gang(gang.name, gang.pods, None, gang.mode, gang.highest_tier, gang.highest_tier_name, gang.running)
-    retry = core.place(topology, state.free(), whole, excluded_nodes=blocked, excluded_domains=excluded_domains)
+    retry = core.place(topology, state.free_index(topology), whole, excluded_nodes=blocked, excluded_domains=excluded_domains)
     missing = short(retry.assignments) if retry.ok else short({})
     if retry.ok and not missing:
         return retry

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aggregator.placement.core import lowest_feasible_tier
+from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec
 from aggregator.placement.policies import Policy
 from aggregator.placement.resources import Resources
@@ -80,7 +81,7 @@ class Simulation:
     def __init__(self, topology: Topology, capacity: Mapping[str, Resources], trace: Trace,
                  policy: Policy, *, judge_tiers: bool = True) -> None:
         self.topology, self.trace, self.policy, self.judge = topology, trace, policy, judge_tiers
-        self.free = dict(capacity)
+        self.free = FreeIndex(topology, capacity)  # aggregates kept per bind, as the live scheduler does
         self.total_gpus = sum(r.gpus for r in capacity.values())
         self.down_nodes: set[str] = set()
         self.down_domains: set[str] = set()
@@ -107,7 +108,7 @@ class Simulation:
     def _take(self, run: _Run, where: Mapping[str, str], sign: int) -> None:
         for pod, node in where.items():
             request = run.pods[pod].request
-            self.free[node] = self.free[node] - request if sign > 0 else self.free[node] + request
+            self.free.set(node, self.free[node] - request if sign > 0 else self.free[node] + request)
             self.used_gpus += sign * request.gpus
 
     def _try_start(self, job: Job) -> bool:

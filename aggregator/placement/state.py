@@ -5,7 +5,8 @@ Why a charge ledger: two decisions must never double-book a node. Every pod that
 on a node (bound per the API, or assumed by us and not yet confirmed) has exactly one charge
 (node, request); `used` is the sum of charges, kept incrementally, so a decision reads free
 capacity in O(nodes) instead of re-summing every pod, and an assumption is released by dropping
-its charge. Pure: plain dicts in, `Resources` out; the informer threads feed it via one queue.
+its charge. The same changes feed a `FreeIndex` (per-domain aggregates the placement core reads)
+node by node. Pure: plain dicts in, `Resources` out; the informer threads feed it via one queue.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.resources import Resources, node_allocatable, pod_request
+from aggregator.placement.topology import Topology
 
 PodKey = tuple[str, str]  # (namespace, name)
 FABRIC_TAINT = "hypertopo.io/fabric-unhealthy"
@@ -88,6 +91,9 @@ class ClusterState:
     members: dict[PodKey, dict[PodKey, bool]] = field(default_factory=dict)
     _member_of: dict[PodKey, PodKey] = field(default_factory=dict)
     on_node: dict[str, set[PodKey]] = field(default_factory=dict)  # node -> pods charged there
+    # the placement core's aggregates over `_free` for the current topology, fed by changed nodes
+    _aggregates: FreeIndex | None = None
+    _index_stale: set[str] = field(default_factory=set)
 
     # -- informer input -----------------------------------------------------------------------
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
@@ -135,6 +141,7 @@ class ClusterState:
     def _apply_node(self, node: dict[str, Any], deleted: bool) -> None:
         name = object_key(node)
         _put(self.nodes, name, node, deleted)
+        self._index_stale.add(name)
         if deleted:
             self._allocatable.pop(name, None)
             self._free.pop(name, None)
@@ -187,6 +194,7 @@ class ClusterState:
         self._used[node] = used = self._used.get(node, Resources()) + amount
         if node in self._allocatable:
             self._free[node] = self._allocatable[node] - used
+            self._index_stale.add(node)
 
     def _index(self, key: PodKey) -> None:
         """Keeps the gang and pending indexes of our pods current for one pod."""
@@ -237,6 +245,18 @@ class ClusterState:
         if nodes is None:
             return dict(self._free)
         return {n: self._free[n] for n in nodes if n in self._free}
+
+    def free_index(self, topology: Topology) -> FreeIndex:
+        """`free()` as a `FreeIndex` for `topology`: built once per topology, then brought up to
+        date with only the nodes whose free capacity changed since the last call (binds, pods
+        leaving, node updates), so a decision never copies or scans every node."""
+        if self._aggregates is None or self._aggregates.topology is not topology:
+            self._aggregates = FreeIndex(topology, self._free)
+        else:
+            for node in self._index_stale:
+                self._aggregates.set(node, self._free.get(node))
+        self._index_stale.clear()
+        return self._aggregates
 
     def podgroup_of(self, key: PodKey, flavour: str) -> dict[str, Any] | None:
         """The PodGroup object of a gang of that flavour, when the informers have seen it."""

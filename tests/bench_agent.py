@@ -63,6 +63,20 @@ def bench_probe_cycle(cycles: int) -> dict[str, float]:
 
 
 def bench_grey_cycle(cycles: int) -> dict[str, float]:
+    """The grey cycle, and in the same run the cycle without the grey probes (the five probes of
+    before), so the figure can be read as a ratio on a shared machine."""
+    from agent.collect import PROBES
+
+    grey = _grey_cycle(cycles, PROBES)
+    base = _grey_cycle(cycles, PROBES[:5])
+    return {
+        **grey,
+        "without_grey_median_ms": base["median_ms"],
+        "without_grey_cpu_median_ms": base["cpu_median_ms"],
+    }
+
+
+def _grey_cycle(cycles: int, probes: tuple[str, ...]) -> dict[str, float]:
     import shutil
     import tempfile
 

@@ -6,7 +6,7 @@ exception in one probe becomes that component's `failed` health with the excepti
 other probes still run. Each cycle also records per-probe success and duration, which the metrics
 exporter serves (like node_exporter's `scrape_collector_success`).
 
-The probes are the list `PROBES` ("module:Class" of each, in the order they run; see
+The probes are the list `PROBES` ((module, class) of each, in the order they run; see
 agent.probes.protocol): adding one is one new module plus one line there. Each module is imported
 when the agent first runs its probe, so a missing or broken module is one failed probe, not an agent
 that cannot start. Grey-failure findings the probes add roll up into the components they name
@@ -118,20 +118,20 @@ def timed(name: str, probe: Callable[[], ProbeResult[T]]) -> tuple[ProbeResult[T
     return result, ProbeStat(name, not failed, elapsed, result.health.reason if failed else "")
 
 
-# The probes, in the order they run ("module:Class"; a class takes no arguments). Later probes read
+# The probes, in the order they run ((module, class); a class takes no arguments). Later probes read
 # what earlier ones found (nvml reads rdma for GPU-NIC affinity, lldp reads net, the grey probes
 # read rdma, net and nvml). A new probe is one new module and one line here.
-PROBES: tuple[str, ...] = (
-    "agent.collect:HostProbe",
-    "agent.collect:RdmaProbe",
-    "agent.collect:NetProbe",
-    "agent.collect:NvmlProbe",
-    "agent.collect:LldpProbe",
-    "agent.probes.port_errors:PortErrorProbe",
-    "agent.probes.link_training:LinkTrainingProbe",
-    "agent.probes.carrier_flaps:CarrierFlapProbe",
-    "agent.probes.nvlink_health:NvlinkHealthProbe",
-    "agent.probes.pcie:PcieProbe",
+PROBES: tuple[tuple[str, str], ...] = (
+    ("agent.collect", "HostProbe"),
+    ("agent.collect", "RdmaProbe"),
+    ("agent.collect", "NetProbe"),
+    ("agent.collect", "NvmlProbe"),
+    ("agent.collect", "LldpProbe"),
+    ("agent.probes.port_errors", "PortErrorProbe"),
+    ("agent.probes.link_training", "LinkTrainingProbe"),
+    ("agent.probes.carrier_flaps", "CarrierFlapProbe"),
+    ("agent.probes.nvlink_health", "NvlinkHealthProbe"),
+    ("agent.probes.pcie", "PcieProbe"),
 )
 
 
@@ -145,14 +145,15 @@ class _Broken:
         return ProbeResult.failed(self.error)
 
 
-def load_probe(spec: str) -> Probe:
-    module, _, cls = spec.partition(":")
+def load_probe(spec: tuple[str, str]) -> Probe:
+    module, cls = spec
     try:
         probe: Probe = getattr(importlib.import_module(module), cls)()
         return probe
     except Exception as exc:  # one broken probe module is that probe failing
         return _Broken(
-            cls.removesuffix("Probe").lower() or spec, f"cannot load probe {spec}: {_failure_text(exc)}"
+            cls.removesuffix("Probe").lower() or module,
+            f"cannot load probe {module}.{cls}: {_failure_text(exc)}",
         )
 
 
@@ -169,7 +170,7 @@ class Prober:
         links: Callable[[], Sequence[Any]] | None = None,
         nvml_backend: Any = None,
         clock: Callable[[], float] = time.monotonic,
-        probes: Sequence[str] = PROBES,
+        probes: Sequence[tuple[str, str]] = PROBES,
         link_modes: Callable[[str], list[str]] | None = None,
     ) -> None:
         self._link_modes = link_modes

@@ -76,7 +76,7 @@ def bench_grey_cycle(cycles: int) -> dict[str, float]:
     }
 
 
-def _grey_cycle(cycles: int, probes: tuple[str, ...]) -> dict[str, float]:
+def _grey_cycle(cycles: int, probes: tuple[tuple[str, str], ...]) -> dict[str, float]:
     import shutil
     import tempfile
 

@@ -313,7 +313,7 @@ def test_health_mask_fields_follow_nvml_h() -> None:
 def test_a_broken_probe_module_fails_that_probe_only(host: Path) -> None:
     config = CollectConfig(NODE, sysfs=host)
     p = Prober(config, links=lambda: LINKS, nvml_backend=FakeNvml("hgx-h100"), link_modes=lambda n: [],
-               probes=(*PROBES, "agent.probes.no_such_probe:GhostProbe"))  # fmt: skip
+               probes=(*PROBES, ("agent.probes.no_such_probe", "GhostProbe")))  # fmt: skip
     report = p.collect()
     assert p.latest is not None and p.latest.stats["ghost"].success is False
     assert "no_such_probe" in p.latest.stats["ghost"].error

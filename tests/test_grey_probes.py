@@ -359,3 +359,11 @@ def test_the_real_nvml_capture_script_records_fabric_health_pcie_and_counters(ho
     assert set(got["gpus"][0]["pcie"]) == {"bdf", *module.PCIE_ATTRS}
     assert [f["kind"] for f in got["findings"]] == ["fabric-health"]
     assert got["health"]["nvml"]["state"] == "degraded"
+
+
+def test_a_completed_registration_in_clique_0_is_not_an_nvlink_domain(host: Path) -> None:
+    placed = prober(host, Clock(), nvml=FakeNvml("gb200-nvl72")).collect()
+    assert placed.nvml is not None and placed.nvml.domain is not None and placed.nvml.domain.clique_id != 0
+    unplaced = prober(host, Clock(), nvml=FakeNvml("gb200-nvl72", clique_id=0)).collect()
+    assert unplaced.nvml is not None and unplaced.nvml.domain is None
+    assert unplaced.summary().nvlink_domain == ""

@@ -15,8 +15,10 @@ A node listed under several blocks is cabled to several leaves (a rail-optimised
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +28,19 @@ import yaml
 from agent import yaml_codec
 
 DOMAIN_ANNOTATION = "accelerator.topology.test/domain"
+
+
+FABRIC_NAMESPACE = uuid.UUID("6f1d3c2e-8a4b-4f5e-9c1d-2b7a5e3f4c10")
+
+
+def fabric_of(domain: str) -> tuple[str, int]:
+    """NVLink (cluster UUID, clique ID) of a modelled NVLink domain name. Here, next to the model,
+    because both sides derive it: the fake agent's reports (agent.model_probe) and the
+    aggregator's model source (aggregator.sources.model), so model and reports agree."""
+    cluster_uuid = str(uuid.uuid5(FABRIC_NAMESPACE, domain))
+    digest = hashlib.sha256("\0".join(("clique", domain)).encode()).digest()
+    clique_id = int.from_bytes(digest[:2], "big") % 0x7FFF + 1
+    return cluster_uuid, clique_id
 
 
 class ModelError(ValueError):

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.cluster_model import ClusterModel
+from agent.cluster_model import ClusterModel, fabric_of
 from agent.report import (
     ComponentHealth,
     Gpu,
@@ -39,7 +39,6 @@ from agent.report import (
 )
 
 # A fixed namespace so NVLink cluster UUIDs derived from domain names never change.
-FABRIC_NAMESPACE = uuid.UUID("6f1d3c2e-8a4b-4f5e-9c1d-2b7a5e3f4c10")
 DRIVER_VERSION = "570.124.06"
 NVLINKS_PER_GPU = 18  # NVLink 4/5 GPUs have 18 links, all to NVSwitches
 PORT_RATE_GBPS = 400.0  # 4X NDR
@@ -98,13 +97,6 @@ def switch_mac(switch: str) -> str:
     raw = bytearray(_digest("mac", switch)[:6])
     raw[0] = (raw[0] | 0x02) & 0xFE
     return ":".join(f"{b:02x}" for b in raw)
-
-
-def fabric_of(domain: str) -> tuple[str, int]:
-    """NVLink (cluster UUID, clique ID) of a modelled NVLink domain name."""
-    cluster_uuid = str(uuid.uuid5(FABRIC_NAMESPACE, domain))
-    clique_id = int.from_bytes(_digest("clique", domain)[:2], "big") % 0x7FFF + 1
-    return cluster_uuid, clique_id
 
 
 def _gpus(node: str, count: int, fabric: GpuFabric | None, nics: tuple[str, ...]) -> tuple[Gpu, ...]:

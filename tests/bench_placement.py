@@ -2,8 +2,12 @@
 
 1. Decision latency on 10,000 nodes (8 GPUs each) under ~9,500 HyperNodes (NVLink domains of 2
    nodes, leaves of 4, spines of 8, pods of 16, cores of 128, one cluster root): a 1,024-GPU gang
-   (128 pods x 8 GPUs) on a partly occupied cluster, p50/p99 of the core over repeated decisions,
-   and the same decisions with `tier-dry-run` (Volcano's way) in the same run -> the ratio.
+   (128 pods x 8 GPUs), an 8-pod gang and a single 2-GPU pod on a partly occupied cluster: p50/p99
+   of the core reading a `FreeIndex` (the aggregates the live scheduler and the simulator keep),
+   checked pod for pod against today's counting core on every state, and the same decisions with
+   `tier-dry-run` (Volcano's way) in the same run -> the ratio. The index's build time and its
+   upkeep per bound/released pod are printed too. Then the 1,024-GPU gang on 100,000 nodes
+   (`--large`).
 2. A synthetic trace replayed over a modelled cluster: share of gangs at the lowest feasible tier
    for `hypertopo`, `first-fit` and `tier-dry-run`.
 """
@@ -16,17 +20,18 @@ import json
 import random
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.cluster_model import parse_model
+from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import Gang, Mode, PodSpec
-from aggregator.placement.model_hypernodes import hypernodes_from_model
 from aggregator.placement.policies import POLICIES
 from aggregator.placement.resources import Resources
-from aggregator.placement.simulate import Simulation, node_capacity, percentile
+from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity, percentile
 from aggregator.placement.topology import Topology, build
 from aggregator.placement.trace import synthetic
 
@@ -71,7 +76,7 @@ def gang(pods: int, gpus: int) -> Gang:
     return Gang(f"bench-{pods}x{gpus}", tuple(PodSpec(f"p{i:04d}", request) for i in range(pods)), mode=Mode.SOFT)
 
 
-def time_policy(name: str, topology: Topology, states: list[dict[str, Resources]], job: Gang,
+def time_policy(name: str, topology: Topology, states: Sequence[Mapping[str, Resources]], job: Gang,
                 repeats: int) -> tuple[list[float], list[Any]]:
     policy = POLICIES[name]
     times, results = [], []
@@ -84,27 +89,52 @@ def time_policy(name: str, topology: Topology, states: list[dict[str, Resources]
     return times, results
 
 
-def decision_bench(nodes: int, states: int, repeats: int, dry_states: int) -> dict[str, Any]:
+def _bind_cost_us(index: FreeIndex, placement: Any, job: Gang) -> float:
+    """Microseconds per pod to charge a placement to the index and release it again (the upkeep
+    a live scheduler pays per bind and per pod that leaves)."""
+    request = job.pods[0].request
+    begin = time.perf_counter()
+    for node in placement.assignments.values():
+        index.set(node, index[node] - request)
+    for node in placement.assignments.values():
+        index.set(node, index[node] + request)
+    return (time.perf_counter() - begin) * 1e6 / max(1, 2 * len(placement.assignments))
+
+
+def decision_bench(nodes: int, states: int, repeats: int, dry_states: int,
+                   shapes: tuple[tuple[int, int], ...] = ((128, 8), (8, 8), (1, 2))) -> dict[str, Any]:
     objs, names = big_cluster(nodes)
     begin = time.perf_counter()
     topology = build(objs)
     build_ms = (time.perf_counter() - begin) * 1000
     rng = random.Random(1)
     frees = [occupied(names, rng, busy=0.5) for _ in range(states)]
+    begin = time.perf_counter()
+    indexes = [FreeIndex(topology, free) for free in frees]
+    for index in indexes:
+        for _, gpus in shapes:
+            index.shape(gpus)
+    index_ms = (time.perf_counter() - begin) * 1000 / len(indexes)
     gc.freeze()  # as hypertopo-scheduler does after each topology rebuild (see scheduler._cycle)
     out: dict[str, Any] = {"nodes": nodes, "hypernodes": len(topology.domains), "tiers": len(topology.tiers),
-                           "topology_build_ms": round(build_ms, 1)}
-    for pods, gpus in ((128, 8), (8, 8), (1, 2)):
+                           "topology_build_ms": round(build_ms, 1), "index_build_ms": round(index_ms, 1)}
+    for pods, gpus in shapes:
         job = gang(pods, gpus)
-        ours, placed = time_policy("hypertopo", topology, frees, job, repeats)
+        ours, placed = time_policy("hypertopo", topology, indexes, job, repeats)
+        counted, reference = time_policy("hypertopo", topology, frees, job, 1)  # today's counting core
         theirs, dry = time_policy("tier-dry-run", topology, frees[:dry_states], job, 1)
         same = sum(a.tier == b.tier for a, b in zip(placed, dry, strict=False))
+        identical = sum(a == b for a, b in zip(placed, reference, strict=True))
         out[f"{pods}x{gpus}gpu"] = {
-            "hypertopo_ms": {"p50": round(percentile(ours, 50), 2), "p99": round(percentile(ours, 99), 2),
+            "hypertopo_ms": {"p50": round(percentile(ours, 50), 3), "p99": round(percentile(ours, 99), 3),
                              "decisions": len(ours)},
+            "counting_core_ms": {"p50": round(percentile(counted, 50), 1), "p99": round(percentile(counted, 99), 1),
+                                 "decisions": len(counted)},
             "tier_dry_run_ms": {"p50": round(percentile(theirs, 50), 1), "p99": round(percentile(theirs, 99), 1),
                                 "decisions": len(theirs)},
             "ratio_p50": round(percentile(theirs, 50) / max(percentile(ours, 50), 1e-9), 1),
+            "identical_to_counting_core": f"{identical}/{len(reference)}",
+            "bind_and_release_us_per_pod": round(_bind_cost_us(indexes[0], placed[0], job), 1),
             "tiers_hypertopo": sorted({p.tier for p in placed}), "same_tier_as_dry_run": f"{same}/{len(dry)}",
         }
     return out
@@ -126,7 +156,7 @@ def trace_model(spines: int, leaves: int, nodes_per_leaf: int, nvl: int) -> dict
 
 def trace_bench(jobs: int, seed: int, policies: list[str]) -> dict[str, Any]:
     model = parse_model(trace_model(spines=4, leaves=4, nodes_per_leaf=16, nvl=4))
-    topology = build(hypernodes_from_model(model))
+    topology = build(model_hypernodes(model))
     nodes = model.nodes()
     trace = synthetic(nodes, jobs, seed=seed)
     out: dict[str, Any] = {"nodes": len(nodes), "hypernodes": len(topology.domains), "jobs": jobs}
@@ -144,20 +174,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller runs (for a smoke test)")
     parser.add_argument("--json", action="store_true", help="print one JSON document only")
+    parser.add_argument("--large", type=int, default=100_000, help="nodes of the large run (1,024-GPU gang only)")
     args = parser.parse_args()
     if args.quick:
         decisions = decision_bench(2000, states=3, repeats=3, dry_states=1)
+        large = decision_bench(5000, states=1, repeats=5, dry_states=0, shapes=((128, 8),))
         trace = trace_bench(100, seed=1, policies=["hypertopo", "first-fit", "tier-dry-run"])
     else:
         decisions = decision_bench(10_000, states=10, repeats=10, dry_states=3)
+        large = decision_bench(args.large, states=2, repeats=50, dry_states=0, shapes=((128, 8),))
         trace = trace_bench(1000, seed=1, policies=["hypertopo", "first-fit", "tier-dry-run"])
-    result = {"decisions": decisions, "trace": trace}
+    result = {"decisions": decisions, "decisions_large": large, "trace": trace}
     print(json.dumps(result, indent=2))
     if not args.json:
-        big = decisions["128x8gpu"]
-        print(f"\n1,024-GPU gang on {decisions['nodes']} nodes / {decisions['hypernodes']} HyperNodes: "
-              f"hypertopo p99 {big['hypertopo_ms']['p99']} ms (target < 50), tier-dry-run p50 "
-              f"{big['tier_dry_run_ms']['p50']} ms, ratio x{big['ratio_p50']}")
+        print()
+        for run, targets in ((decisions, {"128x8gpu": 10, "8x8gpu": 2, "1x2gpu": 1}), (large, {"128x8gpu": 25})):
+            for key, target in targets.items():
+                row = run[key]
+                print(f"{key} on {run['nodes']} nodes / {run['hypernodes']} HyperNodes: hypertopo p50 "
+                      f"{row['hypertopo_ms']['p50']} ms, p99 {row['hypertopo_ms']['p99']} ms (target < {target}); "
+                      f"counting core p50 {row['counting_core_ms']['p50']} ms; identical "
+                      f"{row['identical_to_counting_core']}; tier-dry-run p50 {row['tier_dry_run_ms']['p50']} ms")
         for name in ("hypertopo", "first-fit", "tier-dry-run"):
             if name in trace:
                 print(f"lowest-feasible-tier share {name}: {trace[name]['lowest_feasible_tier_share']}")

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from agent.cluster_model import parse_model
 from aggregator.placement.cli import main
-from aggregator.placement.model_hypernodes import hypernodes_from_model
 from aggregator.placement.policies import POLICIES, policy
-from aggregator.placement.simulate import Simulation, node_capacity
+from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
 from aggregator.placement.topology import build
 from aggregator.placement.trace import TraceError, parse_trace, synthetic
 
@@ -31,17 +33,38 @@ FIELDS = {"jobs", "completed", "unplaced", "decisions", "decision_latency_ms", "
 
 def _simulate(trace_doc: dict, name: str = "hypertopo") -> dict:
     model = parse_model(MODEL)
-    topology = build(hypernodes_from_model(model))
+    topology = build(model_hypernodes(model))
     return Simulation(topology, node_capacity(model.nodes()), parse_trace(trace_doc), policy(name)).run()
 
 
 def test_model_becomes_nested_hypernodes() -> None:
-    topology = build(hypernodes_from_model(parse_model(MODEL)))
+    topology = build(model_hypernodes(parse_model(MODEL)))
     # NVLink domain a (n1, n2) < leaf1 (n1-n4) < spine1 (n1-n8) < core (n1-n16)
     assert topology.tier_names == {1: "nvlink", 2: "leaf", 3: "spine", 4: "core"}
-    assert topology.chains[topology.node_leaf["n1"]] == ("nvl-a", "leaf1", "spine1", "core")
-    assert topology.node_leaf["n5"] == "leaf2" and topology.domains["leaf2"].tier == 2
+    nvlink, *above = topology.chains[topology.node_leaf["n1"]]
+    assert nvlink.startswith("nvlink-") and above == ["leaf-leaf1", "spine-spine1", "core-core"]
+    assert topology.nodes_of(nvlink) == ["n1", "n2"]
+    assert topology.node_leaf["n5"] == "leaf-leaf2" and topology.domains["leaf-leaf2"].tier == 2
     assert not topology.problems
+
+
+def _without_times(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """HyperNodes as JSON would give them, minus the conditions' transition times (the clock)."""
+    out = json.loads(json.dumps(objs))
+    for obj in out:
+        for condition in (obj.get("status") or {}).get("conditions") or []:
+            condition.pop("lastTransitionTime", None)
+    return out
+
+
+def test_the_simulator_places_on_the_hypernodes_render_writes_for_the_same_model(tmp_path: Path) -> None:
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(MODEL), encoding="utf-8")
+    rendered = subprocess.run([sys.executable, "-m", "aggregator", "render", "--model", str(path), "--format", "json"],
+                              capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+    items = json.loads(rendered.stdout)["items"]
+    assert len(items) == 8  # core, 2 spines, 4 leaves, NVLink domain a
+    assert _without_times(model_hypernodes(parse_model(MODEL))) == _without_times(items)
 
 
 def test_a_hand_written_trace_gives_exact_figures() -> None:
@@ -83,7 +106,7 @@ def test_fabric_faults_follow_the_gang_annotation() -> None:
 def test_a_link_failure_takes_its_hypernode_out() -> None:
     jobs = [{"name": "j", "arrival": 0, "pods": 4, "gpus_per_pod": 8, "duration": 100}]
     # leaf1 is down from t=0: the 4-pod gang cannot use n1-n4 and lands in leaf2 instead.
-    result = _simulate({"jobs": jobs, "failures": [{"at": 0, "hypernode": "leaf1", "duration": 50}]})
+    result = _simulate({"jobs": jobs, "failures": [{"at": 0, "hypernode": "leaf-leaf1", "duration": 50}]})
     assert result["completed"] == 1 and result["mean_lca_tier"] == 2
 
 
@@ -91,7 +114,7 @@ def test_a_link_failure_takes_its_hypernode_out() -> None:
 def test_every_policy_replays_a_synthetic_trace(name: str) -> None:
     model = parse_model(MODEL)
     trace = synthetic(model.nodes(), 60, seed=3)
-    result = Simulation(build(hypernodes_from_model(model)), node_capacity(model.nodes()), trace,
+    result = Simulation(build(model_hypernodes(model)), node_capacity(model.nodes()), trace,
                         policy(name)).run()
     assert result["completed"] + result["unplaced"] <= 60 and result["completed"] > 0
     assert 0 < result["gpu_utilisation"] <= 1
@@ -102,7 +125,7 @@ def test_every_policy_replays_a_synthetic_trace(name: str) -> None:
 
 def test_topology_aware_placement_beats_first_fit_on_the_same_trace() -> None:
     model = parse_model(MODEL)
-    topology = build(hypernodes_from_model(model))
+    topology = build(model_hypernodes(model))
     trace = synthetic(model.nodes(), 200, seed=5)
     ours = Simulation(topology, node_capacity(model.nodes()), trace, policy("hypertopo")).run()
     blind = Simulation(topology, node_capacity(model.nodes()), trace, policy("first-fit")).run()

@@ -14,17 +14,17 @@ from collections.abc import Sequence
 
 from agent.cluster_model import ModelError, load_model
 from agent.command_line import EXIT_INPUT, add_common_arguments, one_line, setup_logging
-from aggregator.placement.model_hypernodes import hypernodes_from_model
 from aggregator.placement.policies import POLICIES, policy
-from aggregator.placement.simulate import Simulation, node_capacity
+from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
 from aggregator.placement.topology import build
 from aggregator.placement.trace import TraceError, load_trace, synthetic
 
 SIMULATE_HELP = """\
 Replays a job trace over a cluster model file and prints JSON figures: decision latency p50/p99,
 share of gangs at the lowest feasible tier, mean lowest-common tier, leaves per gang, GPU
-utilisation, queueing delay and evictions. HyperNodes come from the model's switch tree and NVLink
-domain annotations. The job file format is documented in aggregator/placement/trace.py.
+utilisation, queueing delay and evictions. The HyperNodes are what `hypertopo-aggregator render
+--model` gives for the same model (the aggregator's own tier inference). The job file format is
+documented in aggregator/placement/trace.py.
 
 example: hypertopo-scheduler simulate --model cluster.yaml --synthetic 500 --policy first-fit
 """
@@ -53,7 +53,7 @@ def _simulate(args: argparse.Namespace) -> int:
     except (ModelError, TraceError) as exc:  # a file that cannot be used: input, exit 1
         print(f"hypertopo-scheduler simulate: {one_line(str(exc), width=600)}", file=sys.stderr)
         return EXIT_INPUT
-    topology = build(hypernodes_from_model(model))
+    topology = build(model_hypernodes(model))
     simulation = Simulation(topology, node_capacity(nodes, args.gpus_per_node), trace, policy(args.policy))
     result = {"policy": args.policy, "model": args.model, "nodes": len(nodes),
               "hypernodes": len(topology.domains), **simulation.run()}

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.cluster_model import ClusterModel
+from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.placement.core import lowest_feasible_tier
 from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec
@@ -28,6 +30,13 @@ from aggregator.placement.trace import Failure, Job, Trace
 
 POD_CPU_MILLI = 1000
 POD_MEMORY = 2**30
+
+
+def model_hypernodes(model: ClusterModel) -> list[dict[str, Any]]:
+    """The HyperNodes `hypertopo-aggregator render --model FILE` writes for `model`, built by the
+    aggregator's own pipeline (its tier inference, names and members), so what the simulator and
+    the benchmarks place on is what the cluster gets."""
+    return Pipeline().compute(ClusterInputs({}, include_fabric_hosts=True, model=model), now=0.0).hypernodes
 
 
 def node_capacity(nodes: list[str], gpus_per_node: int = 8) -> dict[str, Resources]:

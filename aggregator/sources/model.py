@@ -5,15 +5,14 @@ Where the fabric cannot be discovered (or to check discovery against intent), th
 to, and the NVLink domain annotation. Its links are directed (child -> parent), which settles
 tiers that undirected discovered links leave ambiguous (a leaf cabled straight to a core switch).
 NVLink domain names are mapped to the clique IDs agents of that model report
-(agent.model_probe.fabric_of), so model and reports agree.
+(agent.cluster_model.fabric_of), so model and reports agree.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from agent.cluster_model import ClusterModel, load_model
-from agent.model_probe import fabric_of
+from agent.cluster_model import ClusterModel, fabric_of, load_model
 from aggregator.graph import FabricGraph
 from aggregator.sources import Cluster, Source
 

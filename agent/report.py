@@ -384,7 +384,8 @@ def _from_wire(cls: Any, data: Any, path: str = "spec") -> Any:
         if not isinstance(data, Mapping):
             raise WireError(f"{path}: expected a map, got {type(data).__name__}")
         return {
-            _from_wire(args[0], k, f"{path} key"): _from_wire(args[1], v, f"{path}.{k}") for k, v in data.items()
+            _from_wire(args[0], k, f"{path} key"): _from_wire(args[1], v, f"{path}.{k}")
+            for k, v in data.items()
         }
     # Optional[X] / X | None
     non_none = [a for a in args if a is not type(None)]

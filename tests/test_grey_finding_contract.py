@@ -29,7 +29,9 @@ SLOW_PORT = Finding(
     window_s=0,
     reason="mlx5_0/1 trained at 200 Gb/s (2X NDR), its maximum is 400 Gb/s (4X NDR)",
 )
-ERRORS = Finding("rdma", "mlx5_1/1", "error-rate", Health.FAILED, "120/min", "> 100/min", 60, "symbol_error 120/min")
+ERRORS = Finding(
+    "rdma", "mlx5_1/1", "error-rate", Health.FAILED, "120/min", "> 100/min", 60, "symbol_error 120/min"
+)
 
 
 def degraded_report(node: str) -> NodeReport:

@@ -367,3 +367,38 @@ def test_a_completed_registration_in_clique_0_is_not_an_nvlink_domain(host: Path
     unplaced = prober(host, Clock(), nvml=FakeNvml("gb200-nvl72", clique_id=0)).collect()
     assert unplaced.nvml is not None and unplaced.nvml.domain is None
     assert unplaced.summary().nvlink_domain == ""
+
+
+def test_degraded_gauges_carry_the_labels_of_the_health_metrics(host: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from agent.metrics import AgentMetrics
+
+    write(host, PORT / "rate", "200 Gb/sec (2X NDR)")
+    fake = FakeNvml("gb200-nvl72")
+    fake.set_fabric_health(1, degraded_bw=True)
+    p = prober(host, Clock(), nvml=fake)
+    p.collect()
+    registry = CollectorRegistry()
+    registry.register(AgentMetrics(lambda: p.latest))
+    port = {"device": "mlx5_3", "port": "1", "link_layer": "InfiniBand", "netdev": "ib3"}
+    assert registry.get_sample_value("hypertopo_rdma_port_degraded", port) == 1
+    assert (
+        registry.get_sample_value(
+            "hypertopo_rdma_port_degraded", port | {"device": "mlx5_2", "netdev": "ib2"}
+        )
+        == 0
+    )
+    assert registry.get_sample_value("hypertopo_component_degraded", {"component": "rdma"}) == 1
+    assert registry.get_sample_value("hypertopo_component_degraded", {"component": "pcie"}) == 0
+    gpu1 = [
+        s for m in registry.collect() if m.name == "hypertopo_gpu_degraded" for s in m.samples if s.value == 1
+    ]
+    assert [s.labels["gpu"] for s in gpu1] == ["1"] and set(gpu1[0].labels) == {
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "Hostname",
+    }
+    finding = {"component": "nvml", "subject": "gpu1", "kind": "fabric-health", "severity": "degraded"}
+    assert registry.get_sample_value("hypertopo_grey_finding", finding) == 1

@@ -97,7 +97,9 @@ def _kinds(objects: list[dict[str, Any]]) -> dict[str, str]:
 def test_a_source_defined_outside_the_package_contributes_facts_to_the_graph_build() -> None:
     reports = _reports()
     without = Pipeline().compute(ClusterInputs(reports, sources=(NodeReports(),)), now=0)
-    with_extra = Pipeline().compute(ClusterInputs(reports, sources=(NodeReports(), ExtraSpine("sp-x"))), now=0)
+    with_extra = Pipeline().compute(
+        ClusterInputs(reports, sources=(NodeReports(), ExtraSpine("sp-x"))), now=0
+    )
     assert "spine-sp-x" not in _kinds(without.hypernodes)
     assert _kinds(with_extra.hypernodes)["spine-sp-x"] == "spine"
     top = next(o for o in with_extra.hypernodes if o["metadata"]["name"] == "spine-sp-x")

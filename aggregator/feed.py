@@ -131,12 +131,12 @@ class PipelineFeed:
             fed = _Fed(self.reports(topologies), node_readiness(nodes), None, node_label_map(nodes))
             fed.agent_ready = None if agent_ready is None else dict(agent_ready)
             names = set() if before is None else _names(before) | _names(fed)
-            old = {} if before is None else {n: _values(before, n) for n in names}
+            old = {} if before is None else {n: _values(before, n, self._labels_matter) for n in names}
         else:
             fed = before  # patched in place at the changed names only
-            old = {n: _values(fed, n) for n in changed}
+            old = {n: _values(fed, n, self._labels_matter) for n in changed}
             self._patch(fed, changed, topologies, nodes, agent_ready)
-        moved = {n for n, was in old.items() if _values(fed, n) != was}
+        moved = {n for n, was in old.items() if _values(fed, n, self._labels_matter) != was}
         self._fed = fed
         if (
             refreshed
@@ -225,10 +225,12 @@ class PipelineFeed:
 _Values = tuple[NodeReport | None, bool | None, bool | None, dict[str, str] | None]
 
 
-def _values(fed: _Fed, node: str) -> _Values:
-    """One node's inputs (the report by identity: reports are cached per resourceVersion)."""
+def _values(fed: _Fed, node: str, labels: bool) -> _Values:
+    """One node's inputs (the report by identity: reports are cached per resourceVersion); its
+    labels only where a source reads them (our own label writes must not count as changes)."""
     agents = fed.agent_ready or {}
-    return (fed.reports.get(node), fed.node_ready.get(node), agents.get(node), fed.node_labels.get(node))
+    mine = fed.node_labels.get(node) if labels else None
+    return (fed.reports.get(node), fed.node_ready.get(node), agents.get(node), mine)
 
 
 def _names(fed: _Fed) -> set[str]:

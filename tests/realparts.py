@@ -6,9 +6,12 @@ Outside CI a missing component skips the test with the reason; with HYPERTOPO_RE
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -53,3 +56,23 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def ip(*args: str) -> None:
+    """`ip ARGS` (iproute2); a failure raises with its stderr captured."""
+    subprocess.run([require_binary("ip"), *args], check=True, capture_output=True, timeout=10)
+
+
+@contextlib.contextmanager
+def veth_netns(name: str, a: str, b: str, *a_options: str) -> Iterator[str]:
+    """A network namespace NAME (needs root) holding veth pair a/b, both up (`a_options`, e.g.
+    "mtu", "9000", apply to a); yields NAME and deletes the namespace afterwards."""
+    require_root()
+    ip("netns", "add", name)
+    try:
+        ip("-n", name, "link", "add", a, *a_options, "type", "veth", "peer", "name", b)
+        ip("-n", name, "link", "set", a, "up")
+        ip("-n", name, "link", "set", b, "up")
+        yield name
+    finally:
+        ip("netns", "del", name)

@@ -9,12 +9,11 @@ the prober; the flaps themselves are real `ip link set ... down/up` on the kerne
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realparts import require_binary, require_root
+from realparts import ip, veth_netns
 
 from agent.adapters.netlink import dump_links
 from agent.collect import CollectConfig, Prober
@@ -24,22 +23,10 @@ from agent.report import Health
 pytestmark = pytest.mark.netns
 
 
-def ip(*args: str) -> None:
-    subprocess.run([require_binary("ip"), *args], check=True, capture_output=True, timeout=10)
-
-
 @pytest.fixture
 def netns(unique: str) -> Iterator[str]:
-    require_root()
-    name = f"ht-flap-{unique}"
-    ip("netns", "add", name)
-    try:
-        ip("-n", name, "link", "add", "fabA", "type", "veth", "peer", "name", "fabB")
-        ip("-n", name, "link", "set", "fabA", "up")
-        ip("-n", name, "link", "set", "fabB", "up")
+    with veth_netns(f"ht-flap-{unique}", "fabA", "fabB") as name:
         yield name
-    finally:
-        ip("netns", "del", name)
 
 
 class Clock:

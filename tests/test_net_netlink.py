@@ -5,14 +5,13 @@ Needs root (network namespaces); runs as its own group with `-m netns`.
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realparts import require_binary, require_root
+from realparts import ip, require_root, veth_netns
 
 from agent.adapters.netlink import LinkWatcher, NetlinkUnavailable, dump_links
 from agent.probes import net
@@ -21,23 +20,11 @@ from agent.report import Health
 pytestmark = pytest.mark.netns
 
 
-def ip(*args: str) -> None:
-    subprocess.run([require_binary("ip"), *args], check=True, capture_output=True, timeout=10)
-
-
 @pytest.fixture
 def netns(unique: str) -> Iterator[str]:
     """A network namespace holding veth pair vA/vB, both up, with vA's MTU 9000."""
-    require_root()
-    name = f"ht-net-{unique}"
-    ip("netns", "add", name)
-    try:
-        ip("-n", name, "link", "add", "vA", "mtu", "9000", "type", "veth", "peer", "name", "vB")
-        ip("-n", name, "link", "set", "vA", "up")
-        ip("-n", name, "link", "set", "vB", "up")
+    with veth_netns(f"ht-net-{unique}", "vA", "vB", "mtu", "9000") as name:
         yield name
-    finally:
-        ip("netns", "del", name)
 
 
 class Changes:

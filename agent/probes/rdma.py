@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
+from typing import TypeVar
 
 from agent.probes.sysfs_attr import Problems, list_dir, pci_address, read_bytes, read_int, read_text
 from agent.report import ComponentHealth, Health, ProbeResult, RdmaDevice, RdmaPort
@@ -56,6 +57,7 @@ _NUMBERED_STATE = re.compile(r"^(\d+):\s*([A-Za-z][A-Za-z0-9_ ]*)$")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec\b")
 _LINK_LAYERS = ("InfiniBand", "Ethernet")
 _COUNTER_DIRS = ("counters", "counters_ext", "hw_counters")
+_T = TypeVar("_T")
 _NOT_AVAILABLE = "N/A"  # e.g. "N/A (no PMA)" from iWARP devices: counter not supported
 # PortPhysicalState of a link that never trained: no cable or no far end (2: Polling) or switched
 # off (3: Disabled), IBTA vol. 1 14.2.5.6; mlx5 reports the same for RoCE ports.
@@ -182,25 +184,24 @@ def parse_rate(text: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _state(path: Path, problems: Problems, unknown: str) -> str:
-    text = read_text(path, problems, required=True)
-    if text is None:
-        return unknown
-    state = parse_state(text)
-    if state is None:
-        problems.add(path, f"not a port state: {text[:40]!r}")
-        return unknown
-    return state
-
-
-def _rate(path: Path, problems: Problems) -> float | None:
+def _read_parsed(path: Path, problems: Problems, parse: Callable[[str], _T | None], what: str) -> _T | None:
+    """A required attribute through `parse`; absent or unparsable (recorded as `not WHAT`) is None."""
     text = read_text(path, problems, required=True)
     if text is None:
         return None
-    rate = parse_rate(text)
-    if rate is None:
-        problems.add(path, f"not a rate: {text[:40]!r}")
-    return rate
+    value = parse(text)
+    if value is None:
+        problems.add(path, f"not {what}: {text[:40]!r}")
+    return value
+
+
+def _state(path: Path, problems: Problems, unknown: str) -> str:
+    state = _read_parsed(path, problems, parse_state, "a port state")
+    return unknown if state is None else state
+
+
+def _rate(path: Path, problems: Problems) -> float | None:
+    return _read_parsed(path, problems, parse_rate, "a rate")
 
 
 def _gids(path: Path, problems: Problems) -> tuple[str, ...]:

@@ -8,14 +8,16 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableSequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from agent.report import (
 )
 from aggregator.reconcile import OWNER_LABELS
 
+REPO = Path(__file__).resolve().parent.parent
 READY_AT = "2024-01-01T00:00:00Z"
 
 
@@ -152,6 +155,47 @@ def scrape(port: int) -> dict[str, float]:
         if match:
             samples[match.group(1)] = float(match.group(2))
     return samples
+
+
+class AggregatorProcess:
+    """`hypertopo-aggregator run` as a process of its own on a free port, logging to
+    `aggregator-NAME-PORT.log` in the plane's workdir; the flags (kubeconfig and the rest) are the
+    caller's. Returns once /metrics answers. `running`, when given, collects the process so a
+    fixture can kill whatever a failed test left behind."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        flags: list[str],
+        *,
+        name: str,
+        running: MutableSequence[subprocess.Popen[bytes]] | None = None,
+    ):
+        self.port = free_port()
+        self.log = plane.workdir / f"aggregator-{name}-{self.port}.log"
+        argv = [sys.executable, "-m", "aggregator", "run", "--listen", f"127.0.0.1:{self.port}", *flags]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        if running is not None:
+            running.append(self.proc)
+        wait_for(self.metrics, timeout=30, what=f"aggregator {name} metrics")
+
+    def metrics(self) -> dict[str, float]:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"aggregator exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            return scrape(self.port)
+        return {}
+
+    def stop(self) -> int:
+        """SIGTERM, then its exit code; killed if it has not exited within 30 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
 
 
 @contextlib.contextmanager

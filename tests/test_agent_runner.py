@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from agent_host import HGX_SYSFS, fixture_prober
-from realparts import free_port, require_binary, require_root
+from realparts import free_port, ip, require_binary, require_root
 
 from agent.adapters.kube import KubeApi
 from agent.publish import ApiError, Backoff, Publisher
@@ -233,10 +233,6 @@ def test_a_real_prometheus_scrapes_the_agent_and_queries_return_its_series(apise
 
 
 # --- link down to published NodeTopology --------------------------------------------------------
-
-
-def ip(*args: str) -> None:
-    subprocess.run([require_binary("ip"), *args], check=True, capture_output=True, timeout=10)
 
 
 @contextmanager

@@ -8,22 +8,25 @@ has a control plane of its own."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aggregator_controller_kit import live, private_plane, ready_of, same_tree, scrape, wait_for
+from aggregator_controller_kit import (
+    AggregatorProcess,
+    live,
+    private_plane,
+    ready_of,
+    same_tree,
+    wait_for,
+)
 from aggregator_fabric import ibnetdiscover_dump
 from controlplane.harness import ControlPlane
-from realparts import free_port
 
 from agent.cluster_model import ClusterModel, load_model
 from agent.model_probe import report_for, switch_mac
@@ -78,27 +81,14 @@ def apply_objects(plane: ControlPlane, objs: list[dict[str, Any]]) -> None:
     plane.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=doc)
 
 
-class Aggregator:
+class Aggregator(AggregatorProcess):
     """`hypertopo-aggregator run` (no lease, agent pods not tracked, no hold-down, a full rebuild
     every half second), logging to a file of its own."""
 
     def __init__(self, plane: ControlPlane, *extra: str, name: str):
-        self.port = free_port()
-        self.log = plane.workdir / f"aggregator-{name}-{self.port}.log"
-        argv = [sys.executable, "-m", "aggregator", "run", "--kubeconfig", str(plane.kubeconfig),
-                "--listen", f"127.0.0.1:{self.port}", "--no-leader-election", "--agent-selector", "",
-                "--hold-down", "0", "--debounce", "0.05", "--resync", "0.5", *extra]  # fmt: skip
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-        RUNNING.append(self.proc)
-        wait_for(self.metrics, timeout=30, what=f"aggregator {name} metrics")
-
-    def metrics(self) -> dict[str, float]:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"aggregator exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            return scrape(self.port)
-        return {}
+        flags = ["--kubeconfig", str(plane.kubeconfig), "--no-leader-election", "--agent-selector", "",
+                 "--hold-down", "0", "--debounce", "0.05", "--resync", "0.5", *extra]  # fmt: skip
+        super().__init__(plane, flags, name=name, running=RUNNING)
 
     def cycles(self) -> float:
         return self.metrics().get("hypertopo_aggregator_reconcile_duration_seconds_count", 0)
@@ -112,11 +102,6 @@ class Aggregator:
         return [
             line.split("inputs: ", 1)[1] for line in self.log.read_text().splitlines() if "inputs: " in line
         ]
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
 
 
 def expected(

@@ -9,12 +9,8 @@ control plane of their own (module scope) instead of the session's shared one.""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from aggregator_controller_kit import (
+    AggregatorProcess,
     Proxy,
     live,
     private_plane,
@@ -31,12 +28,10 @@ from aggregator_controller_kit import (
     prometheus_scraping,
     ready_of,
     same_tree,
-    scrape,
     wait_for,
     writes_of,
 )
 from controlplane.harness import ControlPlane
-from realparts import free_port
 
 from agent.cluster_model import load_model
 from agent.model_probe import report_for
@@ -110,23 +105,11 @@ def expected(reports: dict[str, NodeReport]) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in desired.hypernodes}
 
 
-class Aggregator:
+class Aggregator(AggregatorProcess):
     def __init__(self, plane: ControlPlane, *extra: str, kubeconfig: Path | None = None, name: str = "a"):
-        self.port = free_port()
-        self.log = plane.workdir / f"aggregator-{name}-{self.port}.log"
-        argv = [sys.executable, "-m", "aggregator", "run", "--kubeconfig", str(kubeconfig or plane.kubeconfig),
-                "--listen", f"127.0.0.1:{self.port}", "--model", str(MODEL), "--identity", name,
-                "--hold-down", "1", "--debounce", "0.05", *LEASE, *extra]
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-        wait_for(self.metrics, timeout=30, what=f"aggregator {name} metrics")
-
-    def metrics(self) -> dict[str, float]:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"aggregator exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            return scrape(self.port)
-        return {}
+        flags = ["--kubeconfig", str(kubeconfig or plane.kubeconfig), "--model", str(MODEL), "--identity", name,
+                 "--hold-down", "1", "--debounce", "0.05", *LEASE, *extra]  # fmt: skip
+        super().__init__(plane, flags, name=name)
 
     def leading(self) -> bool:
         return self.metrics().get("hypertopo_aggregator_is_leader") == 1
@@ -134,11 +117,6 @@ class Aggregator:
     def hn_writes(self) -> float:
         m = self.metrics()
         return writes_of(m, "hypernodes") + writes_of(m, "hypernodes/status")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
 
 
 def leaf_of(tree: dict[str, dict[str, Any]], node: str) -> str:

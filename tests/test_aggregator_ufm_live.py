@@ -9,11 +9,7 @@ has a control plane of its own."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,10 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aggregator_controller_kit import live, private_plane, ready_of, same_tree, scrape, wait_for
+from aggregator_controller_kit import (
+    AggregatorProcess,
+    live,
+    private_plane,
+    ready_of,
+    same_tree,
+    wait_for,
+)
 from aggregator_fabric import ibnetdiscover_dump
 from controlplane.harness import ControlPlane
-from realparts import free_port
 from ufm_standin import Fault, UfmStandIn, listings
 
 from agent.cluster_model import load_model
@@ -71,27 +73,15 @@ def ufm(tmp_path: Path) -> Iterator[tuple[UfmStandIn, Path]]:
         yield server, secret
 
 
-class Aggregator:
+class Aggregator(AggregatorProcess):
     """`hypertopo-aggregator run --ufm-url ...` (no lease, agent pods not tracked, no hold-down)."""
 
     def __init__(self, plane: ControlPlane, ufm: UfmStandIn, secret: Path):
-        self.port = free_port()
-        self.log = plane.workdir / f"aggregator-ufm-{self.port}.log"
-        argv = [sys.executable, "-m", "aggregator", "run", "--kubeconfig", str(plane.kubeconfig),
-                "--listen", f"127.0.0.1:{self.port}", "--no-leader-election", "--agent-selector", "",
-                "--hold-down", "0", "--debounce", "0.05", "--resync", "5",
-                "--ufm-url", ufm.url, "--ufm-credentials", str(secret), "--ufm-interval", "0.3",
-                "--ufm-timeout", "10"]  # fmt: skip
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-        wait_for(self.metrics, timeout=30, what="aggregator metrics")
-
-    def metrics(self) -> dict[str, float]:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"aggregator exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            return scrape(self.port)
-        return {}
+        flags = ["--kubeconfig", str(plane.kubeconfig), "--no-leader-election", "--agent-selector", "",
+                 "--hold-down", "0", "--debounce", "0.05", "--resync", "5",
+                 "--ufm-url", ufm.url, "--ufm-credentials", str(secret), "--ufm-interval", "0.3",
+                 "--ufm-timeout", "10"]  # fmt: skip
+        super().__init__(plane, flags, name="ufm")
 
     def wait(self, condition: Any, what: str) -> None:
         """wait_for, with the aggregator's log in the failure."""
@@ -106,15 +96,6 @@ class Aggregator:
                 return bool(resp.status == 200)
         except OSError:
             return False
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
 
 
 @pytest.fixture

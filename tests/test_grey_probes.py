@@ -40,10 +40,11 @@ def host(tmp_path: Path) -> Path:
 
 
 def prober(sysfs: Path, clock: Clock, *, links=LINKS, grey: GreyConfig | None = None, nvml=None):  # type: ignore[no-untyped-def]
+    """A prober on the fake HGX node; `links` is the link dump, or a callable giving the current one."""
     config = CollectConfig(NODE, sysfs=sysfs, grey=grey or GreyConfig())
     return Prober(
-        config, links=lambda: links, nvml_backend=nvml or FakeNvml("hgx-h100"), clock=clock,
-        link_modes=lambda name: [],
+        config, links=links if callable(links) else lambda: links, nvml_backend=nvml or FakeNvml("hgx-h100"),
+        clock=clock, link_modes=lambda name: [],
     )  # fmt: skip
 
 
@@ -204,10 +205,7 @@ def test_a_flapping_carrier_is_degraded_held_down_after_the_last_flap_then_recov
     clock = Clock()
     grey = GreyConfig(flap_window_s=600, flap_limit=2, flap_hold_down_s=300)
     current = {"links": eno1(1)}
-    p = Prober(
-        CollectConfig(NODE, sysfs=host, grey=grey), links=lambda: current["links"],
-        nvml_backend=FakeNvml("hgx-h100"), clock=clock, link_modes=lambda n: [],
-    )  # fmt: skip
+    p = prober(host, clock, links=lambda: current["links"], grey=grey)
     timeline = []
     for at, changes in ((0, 1), (10, 3), (20, 5), (400, 5), (650, 5), (730, 5)):
         clock.now = 1000.0 + at
@@ -225,10 +223,7 @@ def test_the_hold_down_keeps_a_link_degraded_after_the_window_forgets_its_flaps(
     clock = Clock()
     grey = GreyConfig(flap_window_s=60, flap_limit=2, flap_hold_down_s=600)
     current = {"links": eno1(0)}
-    p = Prober(
-        CollectConfig(NODE, sysfs=host, grey=grey), links=lambda: current["links"],
-        nvml_backend=FakeNvml("hgx-h100"), clock=clock, link_modes=lambda n: [],
-    )  # fmt: skip
+    p = prober(host, clock, links=lambda: current["links"], grey=grey)
     states = []
     for at, changes in ((0, 0), (10, 6), (100, 6), (500, 6), (611, 6)):
         clock.now = 1000.0 + at

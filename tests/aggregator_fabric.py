@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from agent.cluster_model import ClusterModel
 from agent.model_probe import node_guid
@@ -22,8 +22,18 @@ def switch_guid(switch: str) -> str:
     return "9c63c0" + hashlib.sha256(switch.encode()).hexdigest()[:10]
 
 
-def _ca_guid(node: str, hca: int) -> str:
+def ca_guid(node: str, hca: int) -> str:
     return node_guid(node, hca).replace(":", "")
+
+
+def hca_attachments(model: ClusterModel) -> Iterator[tuple[str, str, int]]:
+    """(leaf switch, node, HCA index) for every HCA of the model; a node's HCAs are numbered in the
+    order of the blocks that cable them (block 0 gets mlx5_0, the next block mlx5_1, ...)."""
+    hca_index: dict[str, int] = defaultdict(int)
+    for block in model.blocks:
+        for node in block.nodes:
+            yield block.switch, node, hca_index[node]
+            hca_index[node] += 1
 
 
 def ibnetdiscover_dump(
@@ -58,24 +68,20 @@ def ibnetdiscover_dump(
             (cp, f'[{cp}]\t"S-{switch_guid(parent)}"[{pp}]\t\t# "{desc[parent]}" lid 1 4xNDR')
         )
         ports[parent].append((pp, f'[{pp}]\t"S-{switch_guid(child)}"[{cp}]\t\t# "{desc[child]}" lid 2 4xNDR'))
-    hca_index: dict[str, int] = defaultdict(int)
-    for block in model.blocks:
-        for node in block.nodes:
-            hca = hca_index[node]
-            hca_index[node] += 1
-            if block.switch not in kept:
-                continue
-            guid = _ca_guid(node, hca)
-            ca_desc = ca_description(node, hca) if ca_description else f"{node} mlx5_{hca}"
-            ca_desc = ca_desc if host_descriptions else "MT4129 ConnectX-7"
-            sp = port_of(block.switch)
-            ports[block.switch].append((sp, f'[{sp}]\t"H-{guid}"[1]({guid}) \t\t# "{ca_desc}" lid 10 4xNDR'))
-            cas.append(
-                f"vendid=0x2c9\ndevid=0x1021\nsysimgguid=0x{guid}\ncaguid=0x{guid}\n"
-                f'Ca\t1 "H-{guid}"\t\t# "{ca_desc}"\n'
-                f'[1]({guid}) \t"S-{switch_guid(block.switch)}"[{sp}]\t\t# lid 10 lmc 0 "{desc[block.switch]}" '
-                "lid 2 4xNDR\n"
-            )
+    for leaf, node, hca in hca_attachments(model):
+        if leaf not in kept:
+            continue
+        guid = ca_guid(node, hca)
+        ca_desc = ca_description(node, hca) if ca_description else f"{node} mlx5_{hca}"
+        ca_desc = ca_desc if host_descriptions else "MT4129 ConnectX-7"
+        sp = port_of(leaf)
+        ports[leaf].append((sp, f'[{sp}]\t"H-{guid}"[1]({guid}) \t\t# "{ca_desc}" lid 10 4xNDR'))
+        cas.append(
+            f"vendid=0x2c9\ndevid=0x1021\nsysimgguid=0x{guid}\ncaguid=0x{guid}\n"
+            f'Ca\t1 "H-{guid}"\t\t# "{ca_desc}"\n'
+            f'[1]({guid}) \t"S-{switch_guid(leaf)}"[{sp}]\t\t# lid 10 lmc 0 "{desc[leaf]}" '
+            "lid 2 4xNDR\n"
+        )
     out = ["#", "# Topology file: generated for a cluster model", "#", ""]
     for switch in sorted(kept & everything):
         guid = switch_guid(switch)

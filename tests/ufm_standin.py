@@ -23,18 +23,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from aggregator_fabric import switch_guid
+from aggregator_fabric import ca_guid, hca_attachments, switch_guid
 
 from agent.cluster_model import ClusterModel
-from agent.model_probe import node_guid
 
 Obj = dict[str, Any]
 NDR_LANE = "100.0 Gbps"  # NDR: 100 Gb/s per lane, 4 lanes
 ENABLED_SPEEDS = ["25.0 Gbps", "50.0 Gbps", "100.0 Gbps"]
-
-
-def ca_guid(node: str, hca: int) -> str:
-    return node_guid(node, hca).replace(":", "")
 
 
 @dataclass
@@ -123,19 +118,15 @@ def listings(
             a, b = switch_port(child), switch_port(parent)
             _cable(a, b)
             cables.append(((a.guid, a.number), (b.guid, b.number), None))
-    hca_index: dict[str, int] = defaultdict(int)
-    for block in model.blocks:
-        for node in block.nodes:
-            hca = hca_index[node]
-            hca_index[node] += 1
-            if block.switch not in kept:
-                continue
-            guid = ca_guid(node, hca)
-            host = _Port(guid, 1, ca_guid(node, 0), node, False, f"{node} mlx5_{hca}")
-            ports[(guid, 1)] = host
-            sw = switch_port(block.switch)
-            _cable(host, sw)
-            cables.append(((guid, 1), (sw.guid, sw.number), (node, hca)))
+    for leaf, node, hca in hca_attachments(model):
+        if leaf not in kept:
+            continue
+        guid = ca_guid(node, hca)
+        host = _Port(guid, 1, ca_guid(node, 0), node, False, f"{node} mlx5_{hca}")
+        ports[(guid, 1)] = host
+        sw = switch_port(leaf)
+        _cable(host, sw)
+        cables.append(((guid, 1), (sw.guid, sw.number), (node, hca)))
     states = _states(cables, faults)
     port_objects = [
         _port_object(p, state=states.get(k, ("up", NDR_LANE))[0], lane=states.get(k, ("up", NDR_LANE))[1], peers=peers)
@@ -146,7 +137,7 @@ def listings(
         out["links"] = [_link_object(ports[a], ports[b]) for a, b, _ in cables
                         if states.get(a, ("up",))[0] in ("up", "slow") and states.get(b, ("up",))[0] in ("up", "slow")]  # fmt: skip
     if with_systems:
-        out["systems"] = _systems(model, kept, hca_index)
+        out["systems"] = _systems(model, kept, {node for _, node, _ in hca_attachments(model)})
     if with_unhealthy:
         out["unhealthy_ports"] = [
             _unhealthy_object(ports[switch if faults[hca].side == "switch" else host], ports)
@@ -223,14 +214,14 @@ def _link_object(a: _Port, b: _Port) -> Obj:
     }
 
 
-def _systems(model: ClusterModel, kept: set[str], hcas: dict[str, int]) -> list[Obj]:
+def _systems(model: ClusterModel, kept: set[str], hosts: set[str]) -> list[Obj]:
     out: list[Obj] = []
     leaves = {block.switch for block in model.blocks}
     for switch in sorted(kept & set(model.switches)):
         out.append({"system_name": switch, "guid": switch_guid(switch), "type": "switch", "model": "MQM9700",
                     "vendor": "Mellanox", "role": "tor" if switch in leaves else "core",
                     "description": "NDR switch", "ip": "0.0.0.0", "severity": "Info"})  # fmt: skip
-    for node in sorted(hcas):
+    for node in sorted(hosts):
         out.append({"system_name": node, "guid": ca_guid(node, 0), "type": "host", "role": "endpoint",
                     "model": "HCA", "vendor": "Mellanox", "description": "Computer", "ip": "0.0.0.0",
                     "severity": "Info"})  # fmt: skip

@@ -201,16 +201,22 @@ def eno1(changes: int) -> tuple[LinkRecord, ...]:
     return tuple(dataclasses.replace(r, carrier_changes=changes) if r.name == "eno1" else r for r in LINKS)
 
 
-def test_a_flapping_carrier_is_degraded_held_down_after_the_last_flap_then_recovers(host: Path) -> None:
+def net_timeline(host: Path, grey: GreyConfig, steps: list[tuple[int, int]]) -> list[tuple[int, Health]]:
+    """One prober's net health at each step (seconds from the start, eno1's carrier_changes then)."""
     clock = Clock()
-    grey = GreyConfig(flap_window_s=600, flap_limit=2, flap_hold_down_s=300)
-    current = {"links": eno1(1)}
+    current = {"links": eno1(steps[0][1])}
     p = prober(host, clock, links=lambda: current["links"], grey=grey)
     timeline = []
-    for at, changes in ((0, 1), (10, 3), (20, 5), (400, 5), (650, 5), (730, 5)):
+    for at, changes in steps:
         clock.now = 1000.0 + at
         current["links"] = eno1(changes)
         timeline.append((at, p.collect().health["net"].state))
+    return timeline
+
+
+def test_a_flapping_carrier_is_degraded_held_down_after_the_last_flap_then_recovers(host: Path) -> None:
+    grey = GreyConfig(flap_window_s=600, flap_limit=2, flap_hold_down_s=300)
+    timeline = net_timeline(host, grey, [(0, 1), (10, 3), (20, 5), (400, 5), (650, 5), (730, 5)])
     # +2 at 10 s (one down-up): not more than 2; +2 more at 20 s: 4 changes in the window: flapping.
     # 400 s: window still holds them; 650 s: the window dropped them but the hold-down (300 s after
     # the last change at 20 s... ended at 320 s) -> recovered at the first quiet look past both.
@@ -220,15 +226,8 @@ def test_a_flapping_carrier_is_degraded_held_down_after_the_last_flap_then_recov
 
 
 def test_the_hold_down_keeps_a_link_degraded_after_the_window_forgets_its_flaps(host: Path) -> None:
-    clock = Clock()
     grey = GreyConfig(flap_window_s=60, flap_limit=2, flap_hold_down_s=600)
-    current = {"links": eno1(0)}
-    p = prober(host, clock, links=lambda: current["links"], grey=grey)
-    states = []
-    for at, changes in ((0, 0), (10, 6), (100, 6), (500, 6), (611, 6)):
-        clock.now = 1000.0 + at
-        current["links"] = eno1(changes)
-        states.append(p.collect().health["net"].state)
+    states = [state for _, state in net_timeline(host, grey, [(0, 0), (10, 6), (100, 6), (500, 6), (611, 6)])]
     assert states == [Health.OK, Health.DEGRADED, Health.DEGRADED, Health.DEGRADED, Health.OK]
 
 

@@ -83,6 +83,12 @@ def _positive(text: str) -> float:
     return value
 
 
+def _add_seconds(group: Any, flag: str, default: float, help_text: str, *, zero: bool = False) -> None:
+    """A duration option in seconds: greater than zero, or with `zero` also 0 (meaning "off")."""
+    kind = _non_negative if zero else _positive
+    group.add_argument(flag, type=kind, default=default, metavar="SECONDS", help=help_text)
+
+
 def _add_probe_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("probe options")
     group.add_argument(
@@ -115,13 +121,13 @@ def _add_probe_flags(parser: argparse.ArgumentParser) -> None:
         metavar="REGEX",
         help="report only network interfaces whose name matches this regular expression (default: all)",
     )
-    group.add_argument(
+    _add_seconds(
+        group,
         "--lldp-wait",
-        type=_non_negative,
-        default=0.0,
-        metavar="SECONDS",
-        help="probe: listen this long for LLDP frames before reporting neighbours "
+        0.0,
+        "probe: listen this long for LLDP frames before reporting neighbours "
         "(needs CAP_NET_RAW; default 0 = do not listen). run: ignored, it always listens",
+        zero=True,
     )
     group.add_argument(
         "--lldpd-socket",
@@ -145,12 +151,11 @@ def _add_grey_flags(parser: argparse.ArgumentParser) -> None:
     """Windows and thresholds of the grey-failure probes (README: Grey-failure health)."""
     grey = parser.add_argument_group("grey-failure health (run: rates need several cycles)")
     defaults = GreyConfig()
-    grey.add_argument(
+    _add_seconds(
+        grey,
         "--error-window",
-        type=_positive,
-        default=defaults.error_window_s,
-        metavar="SECONDS",
-        help="window over which port and NVLink error rates are measured (default %(default)s)",
+        defaults.error_window_s,
+        "window over which port and NVLink error rates are measured (default %(default)s)",
     )
     grey.add_argument(
         "--error-limit",
@@ -161,12 +166,11 @@ def _add_grey_flags(parser: argparse.ArgumentParser) -> None:
         help="degraded (and failed, default 10x) rate per minute for an IB/RoCE or NVLink error "
         "counter, e.g. symbol_error=60:600; repeatable; overrides the default for that counter",
     )
-    grey.add_argument(
+    _add_seconds(
+        grey,
         "--flap-window",
-        type=_positive,
-        default=defaults.flap_window_s,
-        metavar="SECONDS",
-        help="window for carrier and port state changes (default %(default)s)",
+        defaults.flap_window_s,
+        "window for carrier and port state changes (default %(default)s)",
     )
     grey.add_argument(
         "--flap-limit",
@@ -175,12 +179,12 @@ def _add_grey_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="more than N changes in the window is flapping: degraded (default %(default)s)",
     )
-    grey.add_argument(
+    _add_seconds(
+        grey,
         "--flap-hold-down",
-        type=_non_negative,
-        default=defaults.flap_hold_down_s,
-        metavar="SECONDS",
-        help="a flapping link stays degraded this long after its last change (default %(default)s)",
+        defaults.flap_hold_down_s,
+        "a flapping link stays degraded this long after its last change (default %(default)s)",
+        zero=True,
     )
 
 
@@ -264,33 +268,23 @@ def _add_run_parser(sub: Any) -> None:
         metavar="FILE",
         help="kubeconfig to use (default: in-cluster service account, else $KUBECONFIG)",
     )
-    run.add_argument(
-        "--interval",
-        type=_positive,
-        default=30.0,
-        metavar="SECONDS",
-        help="probe at least this often even without events (default 30)",
-    )
+    _add_seconds(run, "--interval", 30.0, "probe at least this often even without events (default 30)")
     run.add_argument(
         "--listen",
         default=":9730",
         metavar="HOST:PORT",
         help="address for /metrics, /healthz and /readyz (default :9730)",
     )
-    run.add_argument(
-        "--ready-grace",
-        type=_positive,
-        default=300.0,
-        metavar="SECONDS",
-        help="/readyz stays ready this long while publishing fails (default 300)",
+    _add_seconds(
+        run, "--ready-grace", 300.0, "/readyz stays ready this long while publishing fails (default 300)"
     )
-    run.add_argument(
+    _add_seconds(
+        run,
         "--verify-interval",
-        type=_non_negative,
-        default=300.0,
-        metavar="SECONDS",
-        help="read the NodeTopology object back this often and re-apply it if someone deleted or "
+        300.0,
+        "read the NodeTopology object back this often and re-apply it if someone deleted or "
         "edited it (a GET, never a write when intact; default 300, 0 = never)",
+        zero=True,
     )
     _add_probe_flags(run)
 

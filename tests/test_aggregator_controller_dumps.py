@@ -12,7 +12,7 @@ import dataclasses
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +142,27 @@ def fqdn(model: ClusterModel) -> list[str]:
     return [f"{n}.{DOMAIN}" for n in model.nodes()]
 
 
+def small_dump(
+    plane: ControlPlane, path: Path, describe: Callable[[str, int], str], host_names: HostNames
+) -> dict[str, dict[str, Any]]:
+    """SMALL's Nodes added, its dump written to `path` with each HCA described as describe(node,
+    hca); returns the tree the pipeline derives from that dump with these host names."""
+    add_nodes(plane, SMALL.nodes())
+    path.write_text(ibnetdiscover_dump(SMALL, ca_description=describe))
+    return expected(SMALL.nodes(), fabric=path.read_text(), host_names=host_names)
+
+
+def builds_cleanly(agg: Aggregator, plane: ControlPlane, want: dict[str, dict[str, Any]], what: str, *,
+                   cycles: int = 0) -> None:  # fmt: skip
+    """The aggregator writes `want`, stays there through `cycles` more full rebuilds, logs no input
+    warnings (every host met its Node) and exits 0 on SIGTERM."""
+    wait_for(lambda: same_tree(plane, want), timeout=20, what=what)
+    if cycles:
+        agg.wait_cycles(cycles)
+    assert agg.warnings() == []
+    assert agg.stop() == 0
+
+
 # --- dumps ---------------------------------------------------------------------------------------
 
 
@@ -161,38 +182,25 @@ def test_one_dump_per_rail_with_strip_domain_writes_the_tree_of_one_full_dump(
     want = expected(names, fabric=ibnetdiscover_dump(RAIL), host_names=HostNames(domain="."))
     assert summary(want) == [("leaf", 4), ("leaf", 4), ("spine", 8)] and node_members(want) == set(names)
     agg = Aggregator(clean, "--ibnetdiscover", *rails, "--strip-domain", name="rails")
-    wait_for(lambda: same_tree(clean, want), timeout=20, what="the tree of one full dump")
-    agg.wait_cycles(3)
-    assert agg.warnings() == []  # every host met its Node
-    assert agg.stop() == 0
+    builds_cleanly(agg, clean, want, "the tree of one full dump", cycles=3)
 
 
 def test_strip_domain_takes_a_suffix(clean: ControlPlane, tmp_path: Path) -> None:
     """Short Node names, fully qualified hosts in the dump: only the given domain is dropped."""
-    names = SMALL.nodes()
-    add_nodes(clean, names)
     dump = tmp_path / "fabric.topo"
-    dump.write_text(ibnetdiscover_dump(SMALL, ca_description=lambda n, h: f"{n}.{DOMAIN} mlx5_{h}"))
-    want = expected(names, fabric=dump.read_text(), host_names=HostNames(domain=DOMAIN))
-    assert summary(want) == [("leaf", 4), ("leaf", 4), ("spine", 8)] and node_members(want) == set(names)
+    want = small_dump(clean, dump, lambda n, h: f"{n}.{DOMAIN} mlx5_{h}", HostNames(domain=DOMAIN))
+    assert summary(want) == [("leaf", 4), ("leaf", 4), ("spine", 8)] and node_members(want) == set(SMALL.nodes())
     agg = Aggregator(clean, "--ibnetdiscover", str(dump), "--strip-domain", DOMAIN, name="suffix")
-    wait_for(lambda: same_tree(clean, want), timeout=20, what="the tree with the domain dropped")
-    assert agg.warnings() == []
-    assert agg.stop() == 0
+    builds_cleanly(agg, clean, want, "the tree with the domain dropped")
 
 
 def test_dump_host_regex_reads_the_host_out_of_any_description(clean: ControlPlane, tmp_path: Path) -> None:
-    names = SMALL.nodes()
-    add_nodes(clean, names)
     dump = tmp_path / "odd.topo"
-    dump.write_text(ibnetdiscover_dump(SMALL, ca_description=lambda n, h: f"ConnectX-7 port {h} of hpc-{n}"))
     regex = r"of hpc-(?P<node>\S+)$"
-    want = expected(names, fabric=dump.read_text(), host_names=HostNames(pattern=regex))
+    want = small_dump(clean, dump, lambda n, h: f"ConnectX-7 port {h} of hpc-{n}", HostNames(pattern=regex))
     assert summary(want) == [("leaf", 4), ("leaf", 4), ("spine", 8)]
     agg = Aggregator(clean, "--ibnetdiscover", str(dump), "--dump-host-regex", regex, name="regex")
-    wait_for(lambda: same_tree(clean, want), timeout=20, what="the tree of hosts read by the regex")
-    assert agg.warnings() == []
-    assert agg.stop() == 0
+    builds_cleanly(agg, clean, want, "the tree of hosts read by the regex")
 
 
 # --- fabric NICs ---------------------------------------------------------------------------------

@@ -122,6 +122,33 @@ def node_object(name: str, *, labels: dict[str, str] | None = None, taints: list
     }
 
 
+def apply_objects(plane: ControlPlane, objs: list[dict[str, Any]], *, kubeconfig: Path | None = None) -> None:
+    """Server-side applies the objects as one List (field manager "test")."""
+    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+    plane.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=doc, kubeconfig=kubeconfig)
+
+
+def set_ready(plane: ControlPlane, kind: str, name: str, namespace: str | None = None) -> None:
+    """Marks a Node or pod Ready through its status subresource, as a kubelet would."""
+    cond = {"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z", "reason": "Up"}
+    patch = json.dumps({"status": {"conditions": [cond]}})
+    ns = ["-n", namespace] if namespace else []
+    plane.kubectl("patch", kind, name, *ns, "--subresource=status", "--type=merge", "-p", patch)
+
+
+def ready_with_agents(plane: ControlPlane, nodes: list[dict[str, Any]], reports: dict[str, NodeReport]) -> None:
+    """Applies the Node objects, an agent pod (hypertopo-system, the agent's label) and the
+    NodeTopology of each report's node, then marks those Nodes and pods Ready."""
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"agent-{n}", "namespace": "hypertopo-system",
+                          "labels": {"app.kubernetes.io/name": "hypertopo-agent"}},
+             "spec": {"nodeName": n, "containers": [{"name": "agent", "image": "hypertopo:test"}]}} for n in reports]  # fmt: skip
+    apply_objects(plane, [*nodes, *pods, *(node_topology_object(r) for r in reports.values())])
+    for n in reports:
+        set_ready(plane, "node", n)
+        set_ready(plane, "pod", f"agent-{n}", "hypertopo-system")
+
+
 @contextlib.contextmanager
 def private_plane() -> Iterator[ControlPlane]:
     """A control plane of one's own; killed (not drained) at the end to keep teardown short."""

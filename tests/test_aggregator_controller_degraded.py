@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aggregator_controller_kit import live, private_plane, scrape, wait_for
+from aggregator_controller_kit import apply_objects, live, private_plane, ready_with_agents, scrape, wait_for
 from controlplane.harness import ControlPlane
 from realparts import free_port
 
@@ -37,18 +37,6 @@ def plane() -> Iterator[ControlPlane]:
         yield cp
 
 
-def apply_objects(plane: ControlPlane, objs: list[dict[str, Any]]) -> None:
-    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
-    plane.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=doc)
-
-
-def set_ready(plane: ControlPlane, kind: str, name: str, namespace: str | None = None) -> None:
-    cond = {"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z", "reason": "Up"}
-    ns = ["-n", namespace] if namespace else []
-    plane.kubectl("patch", kind, name, *ns, "--subresource=status", "--type=merge",
-                  "-p", json.dumps({"status": {"conditions": [cond]}}))
-
-
 def grey(report: NodeReport) -> NodeReport:
     """What an agent reports for a port whose symbol errors climb: rdma degraded, the finding listed."""
     health = {**report.health, "rdma": ComponentHealth(Health.DEGRADED, SYMBOLS.reason)}
@@ -62,15 +50,8 @@ def cluster(plane: ControlPlane) -> Iterator[dict[str, NodeReport]]:
     names = sorted({n for block in model.blocks for n in block.nodes})
     reports = {n: report_for(model, n) for n in names}
     nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "annotations": {"owner": "infra"}}}
-             for n in names]
-    pods = [{"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": f"agent-{n}", "namespace": "hypertopo-system",
-                          "labels": {"app.kubernetes.io/name": "hypertopo-agent"}},
-             "spec": {"nodeName": n, "containers": [{"name": "agent", "image": "hypertopo:test"}]}} for n in names]
-    apply_objects(plane, [*nodes, *pods, *(node_topology_object(r) for r in reports.values())])
-    for n in names:
-        set_ready(plane, "node", n)
-        set_ready(plane, "pod", f"agent-{n}", "hypertopo-system")
+             for n in names]  # fmt: skip
+    ready_with_agents(plane, nodes, reports)
     yield reports
     plane.kubectl("delete", "nodetopologies,nodes,hypernodes", "--all", "--wait=false")
     plane.kubectl("delete", "pods", "--all", "-n", "hypertopo-system", "--grace-period=0", "--force")

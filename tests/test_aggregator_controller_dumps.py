@@ -9,7 +9,6 @@ has a control plane of its own."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,10 +18,12 @@ from typing import Any
 import pytest
 from aggregator_controller_kit import (
     AggregatorProcess,
+    apply_objects,
     live,
     private_plane,
     ready_of,
     same_tree,
+    set_ready,
     wait_for,
 )
 from aggregator_fabric import ibnetdiscover_dump
@@ -70,15 +71,8 @@ def add_nodes(plane: ControlPlane, names: list[str]) -> None:
     """Nodes (Ready, as a kubelet would report them), without labels."""
     items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}} for n in names]
     apply_objects(plane, items)
-    cond = {"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z", "reason": "Up"}
-    patch = json.dumps({"status": {"conditions": [cond]}})
     for name in names:
-        plane.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", patch)
-
-
-def apply_objects(plane: ControlPlane, objs: list[dict[str, Any]]) -> None:
-    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
-    plane.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=doc)
+        set_ready(plane, "node", name)
 
 
 class Aggregator(AggregatorProcess):

@@ -22,11 +22,13 @@ import yaml
 from aggregator_controller_kit import (
     AggregatorProcess,
     Proxy,
+    apply_objects,
     live,
     private_plane,
     prometheus_query,
     prometheus_scraping,
     ready_of,
+    ready_with_agents,
     same_tree,
     wait_for,
     writes_of,
@@ -61,18 +63,6 @@ def failed(report: NodeReport) -> NodeReport:
     return dataclasses.replace(report, health=health)
 
 
-def apply_objects(plane: ControlPlane, objs: list[dict[str, Any]], *, kubeconfig: Path | None = None) -> None:
-    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
-    plane.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=doc, kubeconfig=kubeconfig)
-
-
-def set_ready(plane: ControlPlane, kind: str, name: str, namespace: str | None = None) -> None:
-    cond = {"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z", "reason": "Up"}
-    patch = json.dumps({"status": {"conditions": [cond]}})
-    ns = ["-n", namespace] if namespace else []
-    plane.kubectl("patch", kind, name, *ns, "--subresource=status", "--type=merge", "-p", patch)
-
-
 @pytest.fixture
 def cluster(plane: ControlPlane) -> Iterator[dict[str, NodeReport]]:
     """The small-tree model's 8 nodes: Node (Ready, a foreign label and taint), NodeTopology from the
@@ -82,14 +72,7 @@ def cluster(plane: ControlPlane) -> Iterator[dict[str, NodeReport]]:
     nodes = [{"apiVersion": "v1", "kind": "Node",
               "metadata": {"name": n, "labels": {"team": "ml"}},
               "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}} for n in reports]
-    pods = [{"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": f"agent-{n}", "namespace": "hypertopo-system",
-                          "labels": {"app.kubernetes.io/name": "hypertopo-agent"}},
-             "spec": {"nodeName": n, "containers": [{"name": "agent", "image": "hypertopo:test"}]}} for n in reports]
-    apply_objects(plane, [*nodes, *pods, *(node_topology_object(r) for r in reports.values())])
-    for n in reports:
-        set_ready(plane, "node", n)
-        set_ready(plane, "pod", f"agent-{n}", "hypertopo-system")
+    ready_with_agents(plane, nodes, reports)
     yield reports
     plane.kubectl("delete", "nodetopologies,nodes", "--all", "--wait=false")
     plane.kubectl("delete", "pods", "--all", "-n", "hypertopo-system", "--grace-period=0", "--force")

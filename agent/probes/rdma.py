@@ -37,13 +37,23 @@ the metrics and the HyperNode's Ready condition all say the same thing.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TypeVar
 
-from agent.probes.sysfs_attr import Problems, list_dir, pci_address, read_bytes, read_int, read_text
+from agent.probes.sysfs_attr import (
+    Problems,
+    StrPath,
+    decode_text,
+    list_dir,
+    pci_address,
+    read_bytes,
+    read_int,
+    read_text,
+)
 from agent.report import ComponentHealth, Health, ProbeResult, RdmaDevice, RdmaPort
 
 NO_DEVICES = "no RDMA devices"
@@ -63,6 +73,7 @@ _NOT_AVAILABLE = "N/A"  # e.g. "N/A (no PMA)" from iWARP devices: counter not su
 # off (3: Disabled), IBTA vol. 1 14.2.5.6; mlx5 reports the same for RoCE ports.
 UNTRAINED = frozenset({"Polling", "Disabled"})
 ACTIVE = "ACTIVE"
+join = os.path.join
 
 PortKey = tuple[str, int]  # (device, port number)
 
@@ -94,11 +105,13 @@ def probe_class_dir(class_dir: Path) -> ProbeResult[tuple[RdmaDevice, ...]]:
         return ProbeResult.absent(NO_DEVICES)
     problems = Problems(class_dir)
     devices = []
+    base = str(class_dir)
     for name in names:
-        if not (class_dir / name).is_dir():
-            problems.add(class_dir / name, "not a device directory (dangling link?)")
+        path = join(base, name)
+        if not os.path.isdir(path):
+            problems.add(path, "not a device directory (dangling link?)")
             continue
-        devices.append(read_device(class_dir / name, problems))
+        devices.append(read_device(path, problems))
     return _result(tuple(devices), problems)
 
 
@@ -108,21 +121,23 @@ def _result(devices: tuple[RdmaDevice, ...], problems: Problems) -> ProbeResult[
     return ProbeResult(devices, ComponentHealth(Health.OK))
 
 
-def read_device(path: Path, problems: Problems) -> RdmaDevice:
-    """One HCA (`class/infiniband/<dev>`)."""
+def read_device(path: StrPath, problems: Problems) -> RdmaDevice:
+    """One HCA (`class/infiniband/<dev>`). Paths are joined as strings: this runs for every
+    port and counter file each cycle, where building pathlib objects cost more than the reads."""
+    path = os.fspath(path)
     return RdmaDevice(
-        name=path.name,
-        node_guid=_guid(path / "node_guid", problems),
-        sys_image_guid=_guid(path / "sys_image_guid", problems),
-        node_desc=read_text(path / "node_desc", problems) or None,
-        firmware=read_text(path / "fw_ver", problems) or None,
-        pci_address=pci_address(path / "device"),
-        numa_node=_numa_node(path / "device" / "numa_node", problems),
+        name=os.path.basename(path),
+        node_guid=_guid(join(path, "node_guid"), problems),
+        sys_image_guid=_guid(join(path, "sys_image_guid"), problems),
+        node_desc=read_text(join(path, "node_desc"), problems) or None,
+        firmware=read_text(join(path, "fw_ver"), problems) or None,
+        pci_address=pci_address(join(path, "device")),
+        numa_node=_numa_node(join(path, "device", "numa_node"), problems),
         ports=_ports(path, problems),
     )
 
 
-def _guid(path: Path, problems: Problems) -> str | None:
+def _guid(path: str, problems: Problems) -> str | None:
     text = read_text(path, problems)
     if not text:
         return None
@@ -132,41 +147,43 @@ def _guid(path: Path, problems: Problems) -> str | None:
     return text.lower()
 
 
-def _numa_node(path: Path, problems: Problems) -> int | None:
+def _numa_node(path: str, problems: Problems) -> int | None:
     node = read_int(path, problems)
     return node if node is not None and node >= 0 else None
 
 
-def _ports(device: Path, problems: Problems) -> tuple[RdmaPort, ...]:
-    names = list_dir(device / "ports")
+def _ports(device: str, problems: Problems) -> tuple[RdmaPort, ...]:
+    ports_dir = join(device, "ports")
+    names = list_dir(ports_dir)
     if names is None:
-        problems.add(device / "ports", "missing: device has no ports directory")
+        problems.add(ports_dir, "missing: device has no ports directory")
         return ()
     ports = []
     for name in names:
         if not name.isdigit():
-            problems.add(device / "ports" / name, "not a port number")
+            problems.add(join(ports_dir, name), "not a port number")
             continue
         ports.append(read_port(device, int(name), problems))
     return tuple(ports)
 
 
-def read_port(device: Path, number: int, problems: Problems) -> RdmaPort:
+def read_port(device: StrPath, number: int, problems: Problems) -> RdmaPort:
     """One port (`class/infiniband/<dev>/ports/<n>`)."""
-    path = device / "ports" / str(number)
-    link_layer = read_text(path / "link_layer", problems, required=True)
+    device = os.fspath(device)
+    path = join(device, "ports", str(number))
+    link_layer = read_text(join(path, "link_layer"), problems, required=True)
     if link_layer is not None and link_layer not in _LINK_LAYERS:
-        problems.add(path / "link_layer", f"unknown link layer: {link_layer[:40]!r}")
+        problems.add(join(path, "link_layer"), f"unknown link layer: {link_layer[:40]!r}")
     return RdmaPort(
         port=number,
-        state=_state(path / "state", problems, UNKNOWN_STATE),
-        phys_state=_state(path / "phys_state", problems, UNKNOWN_PHYS_STATE),
-        rate_gbps=_rate(path / "rate", problems),
+        state=_state(join(path, "state"), problems, UNKNOWN_STATE),
+        phys_state=_state(join(path, "phys_state"), problems, UNKNOWN_PHYS_STATE),
+        rate_gbps=_rate(join(path, "rate"), problems),
         link_layer=link_layer or "unknown",
-        lid=read_int(path / "lid", problems, base=16),
-        sm_lid=read_int(path / "sm_lid", problems, base=16),
-        netdev=_netdev(device, number, problems),
-        gids=_gids(path / "gids", problems),
+        lid=read_int(join(path, "lid"), problems, base=16),
+        sm_lid=read_int(join(path, "sm_lid"), problems, base=16),
+        netdev=_netdev(device, path, number, problems),
+        gids=_gids(join(path, "gids"), problems),
         counters=_counters(path, problems),
     )
 
@@ -184,7 +201,7 @@ def parse_rate(text: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _read_parsed(path: Path, problems: Problems, parse: Callable[[str], _T | None], what: str) -> _T | None:
+def _read_parsed(path: str, problems: Problems, parse: Callable[[str], _T | None], what: str) -> _T | None:
     """A required attribute through `parse`; absent or unparsable (recorded as `not WHAT`) is None."""
     text = read_text(path, problems, required=True)
     if text is None:
@@ -195,40 +212,41 @@ def _read_parsed(path: Path, problems: Problems, parse: Callable[[str], _T | Non
     return value
 
 
-def _state(path: Path, problems: Problems, unknown: str) -> str:
+def _state(path: str, problems: Problems, unknown: str) -> str:
     state = _read_parsed(path, problems, parse_state, "a port state")
     return unknown if state is None else state
 
 
-def _rate(path: Path, problems: Problems) -> float | None:
+def _rate(path: str, problems: Problems) -> float | None:
     return _read_parsed(path, problems, parse_rate, "a rate")
 
 
-def _gids(path: Path, problems: Problems) -> tuple[str, ...]:
+def _gids(path: str, problems: Problems) -> tuple[str, ...]:
     gids = []
     for index in list_dir(path) or ():
-        raw = read_bytes(path / index)  # unpopulated entries may refuse to read: not a problem
+        entry = join(path, index)
+        raw = read_bytes(entry)  # unpopulated entries may refuse to read: not a problem
         if raw is None or raw.strip() in (b"", _ZERO_GID_BYTES):  # most of a 128..256-entry table
             continue
-        text = read_text(path / index, problems)
+        text = decode_text(raw, entry, problems)
         if text is not None and not _GID.match(text.lower()):
-            problems.add(path / index, f"not a GID: {text[:60]!r}")
+            problems.add(entry, f"not a GID: {text[:60]!r}")
         elif text is not None:
             gids.append(text.lower())
     return tuple(gids)
 
 
-def _netdev(device: Path, port: int, problems: Problems) -> str | None:
+def _netdev(device: str, port_dir: str, port: int, problems: Problems) -> str | None:
     """The netdev of a port: a RoCE port names it in its GID table; otherwise the netdev on the
     same PCI function whose `dev_port` is this port's 0-based index (IPoIB: ib0 on port 1)."""
-    roce = read_text(device / "ports" / str(port) / "gid_attrs" / "ndevs" / "0")
+    roce = read_text(join(port_dir, "gid_attrs", "ndevs", "0"))
     if roce:
         return roce
-    net = device / "device" / "net"
+    net = join(device, "device", "net")
     candidates = []
     names = list_dir(net) or []
     for name in names:
-        dev_port = read_int(net / name / "dev_port", problems)
+        dev_port = read_int(join(net, name, "dev_port"), problems)
         if dev_port == port - 1 or (dev_port is None and len(names) == 1):
             candidates.append(name)
     # IPoIB child interfaces (ib0.8001) share the parent's dev_port: prefer the parent.
@@ -236,17 +254,18 @@ def _netdev(device: Path, port: int, problems: Problems) -> str | None:
     return candidates[0] if candidates else None
 
 
-def _counters(port: Path, problems: Problems) -> dict[str, int]:
+def _counters(port: str, problems: Problems) -> dict[str, int]:
     counters: dict[str, int] = {}
     for directory in _COUNTER_DIRS:
-        for name in list_dir(port / directory) or ():
-            value = _counter(port / directory / name, problems)
+        folder = join(port, directory)
+        for name in list_dir(folder) or ():
+            value = _counter(join(folder, name), problems)
             if value is not None:
                 counters.setdefault(name, value)
     return counters
 
 
-def _counter(path: Path, problems: Problems) -> int | None:
+def _counter(path: str, problems: Problems) -> int | None:
     raw = read_bytes(path)  # write-only or unsupported counters refuse to read: skip quietly
     if raw is None:
         return None
@@ -254,7 +273,7 @@ def _counter(path: Path, problems: Problems) -> int | None:
         return int(raw)  # the common case, without decoding
     except ValueError:
         pass
-    text = read_text(path, problems)
+    text = decode_text(raw, path, problems)
     if text is not None and text != "" and not text.startswith(_NOT_AVAILABLE):
         problems.add(path, f"not a counter value: {text[:40]!r}")
     return None

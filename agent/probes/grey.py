@@ -120,20 +120,22 @@ class CounterWindow:
         self._last: int | None = None
         self._started: float | None = None
         self._deltas: deque[tuple[float, int]] = deque()
+        self._total = 0  # sum of the deltas in the window, kept as they come and go (read per cycle)
 
     def add(self, now: float, reading: int) -> None:
         if self._last is not None:
             delta = reading - self._last if reading >= self._last else reading  # reset or wrap
             if delta:
                 self._deltas.append((now, delta))
+                self._total += delta
         else:
             self._started = now
         self._last = reading
         while self._deltas and self._deltas[0][0] <= now - self.window_s:
-            self._deltas.popleft()
+            self._total -= self._deltas.popleft()[1]
 
     def increments(self) -> int:
-        return sum(d for _, d in self._deltas)
+        return self._total
 
     def last_change(self) -> float | None:
         return self._deltas[-1][0] if self._deltas else None

@@ -12,6 +12,7 @@ fixture trees without them) is not judged; no judged device at all is `absent`.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from agent.probes.pci_affinity import sysfs_bdf
 from agent.probes.protocol import Cycle
-from agent.probes.sysfs_attr import read_text
+from agent.probes.sysfs_attr import StrPath, read_text
 from agent.report import ComponentHealth, Finding, Health, ProbeResult
 
 _SPEED = re.compile(r"^(\d+(?:\.\d+)?)\s*GT/s")
@@ -34,19 +35,21 @@ def _width(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-def read_max(path: Path) -> tuple[float | None, int | None]:
+def read_max(path: StrPath) -> tuple[float | None, int | None]:
     """What the slot and device can do (fixed while the device is present)."""
-    return _gts(read_text(path / "max_link_speed")), _width(read_text(path / "max_link_width"))
+    return _gts(read_text(os.path.join(path, "max_link_speed"))), _width(
+        read_text(os.path.join(path, "max_link_width"))
+    )
 
 
 def link_finding(
-    subject: str, path: Path, *, judge_speed: bool, maximum: tuple[float | None, int | None] | None = None
+    subject: str, path: StrPath, *, judge_speed: bool, maximum: tuple[float | None, int | None] | None = None
 ) -> Finding | bool | None:
     """The finding for one PCI function; False when its link attributes are not there."""
     top_speed, top_width = maximum or read_max(path)
     speed, width = (
-        _gts(read_text(path / "current_link_speed")),
-        _width(read_text(path / "current_link_width")),
+        _gts(read_text(os.path.join(path, "current_link_speed"))),
+        _width(read_text(os.path.join(path, "current_link_width"))),
     )
     if speed is None or top_speed is None or width is None or top_width is None:
         return False
@@ -62,15 +65,15 @@ def link_finding(
 
 def devices(
     sysfs: Path, rdma: Iterable[Any], gpu_bus_ids: Iterable[tuple[int, str]]
-) -> list[tuple[str, Path, bool]]:
-    """(subject, sysfs directory, judge speed) of each device to check."""
-    out = [
-        (f"{d.name} {d.pci_address}", sysfs / "class" / "infiniband" / d.name / "device", True) for d in rdma
-    ]
+) -> list[tuple[str, str, bool]]:
+    """(subject, sysfs directory, judge speed) of each device to check (string paths: joined for
+    every device each cycle, where pathlib objects cost more than the reads)."""
+    root = os.fspath(sysfs)
+    out = [(f"{d.name} {d.pci_address}", f"{root}/class/infiniband/{d.name}/device", True) for d in rdma]
     for index, bus_id in gpu_bus_ids:
         bdf = sysfs_bdf(bus_id)
         if bdf:
-            out.append((f"gpu{index} {bdf}", sysfs / "bus" / "pci" / "devices" / bdf, False))
+            out.append((f"gpu{index} {bdf}", f"{root}/bus/pci/devices/{bdf}", False))
     return out
 
 
@@ -78,7 +81,7 @@ class PcieProbe:
     name = "pcie"
 
     def __init__(self) -> None:
-        self._max: dict[Path, tuple[float | None, int | None]] = {}  # read once per device
+        self._max: dict[str, tuple[float | None, int | None]] = {}  # read once per device
 
     def run(self, cycle: Cycle) -> ProbeResult[Any]:
         nvml = cycle.value("nvml", None)

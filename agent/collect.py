@@ -192,6 +192,7 @@ class Prober:
         self.lldp_listener: Any = None
         self.lldp_failure = ""
         self._rdma_seen_active: set[tuple[str, int]] = set()  # RDMA ports seen ACTIVE since start
+        self._nvml_links: Any = None  # agent.probes.nvml.LinkCache: NVLink facts kept between cycles
         self._lock = threading.Lock()
         self.latest: Snapshot | None = None
 
@@ -290,7 +291,16 @@ class Prober:
         from agent.probes import nvml
 
         xids = self.xid_watcher.recent() if self.xid_watcher is not None else None
-        return nvml.probe(self._backend, sysfs=self.config.sysfs, rdma=tuple(rdma_devices), xids=xids)
+        if self._nvml_links is None:
+            self._nvml_links = nvml.LinkCache()
+        return nvml.probe(
+            self._backend,
+            sysfs=self.config.sysfs,
+            rdma=tuple(rdma_devices),
+            xids=xids,
+            cache=self._nvml_links,
+            now=self._clock(),
+        )
 
     def probe_lldp(self, interfaces: Sequence[Any]) -> ProbeResult[Any]:
         from agent.probes import net

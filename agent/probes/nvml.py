@@ -51,10 +51,37 @@ from agent.report import (
     RdmaDevice,
 )
 
-__all__ = ["NvmlBackend", "NvmlError", "RemoteType", "XidEvent", "XidWatcher", "probe"]
+__all__ = ["LinkCache", "NvmlBackend", "NvmlError", "RemoteType", "XidEvent", "XidWatcher", "probe"]
 
 R = TypeVar("R")
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+LINK_FACTS_REFRESH_S = 300.0
+_LinkFacts = tuple[int | None, RemoteType | None, str | None]  # version, remote type, remote bus id
+
+
+class LinkCache:
+    """What NVML says about a GPU's NVLinks that does not change while the hardware stays as it is,
+    kept between cycles so a cycle asks only what can change (link state, error counters).
+
+    Why: on an 8-GPU board with 18 links each, a cycle is over a thousand NVML calls; the link
+    indices that do not exist and each up link's version and far end are about 40 % of them.
+    Kept per GPU UUID (a swapped GPU is asked afresh); an up link's facts are dropped as soon as
+    the link is seen not up (it may come back trained differently or cabled elsewhere), facts whose
+    calls failed are never kept (the failure is reported again next cycle), and everything is asked
+    again every `refresh_s` of the agent's clock, so a change no cycle saw is still picked up."""
+
+    def __init__(self, refresh_s: float = LINK_FACTS_REFRESH_S) -> None:
+        self.refresh_s = refresh_s
+        self._since: float | None = None
+        self.no_such_link: dict[str, set[int]] = {}  # GPU UUID -> link indices NVML said do not exist
+        self.facts: dict[tuple[str, int], _LinkFacts] = {}  # (GPU UUID, link) -> facts of an up link
+
+    def begin(self, now: float) -> None:
+        """Start of a cycle: forget everything once `refresh_s` has passed since the last refresh."""
+        if self._since is None or now - self._since >= self.refresh_s or now < self._since:
+            self.no_such_link.clear()
+            self.facts.clear()
+            self._since = now
 
 
 @dataclass
@@ -94,28 +121,61 @@ def _call(issues: _Issues, fn: Callable[..., R], *args: object) -> R | None:
         return None
 
 
-def _links(backend: NvmlBackend, handle: DeviceHandle, issues: _Issues) -> tuple[NvLink, ...]:
+def _links(
+    backend: NvmlBackend, handle: DeviceHandle, issues: _Issues, uuid: str, cache: LinkCache | None
+) -> tuple[NvLink, ...]:
     links: list[NvLink] = []
+    absent = cache.no_such_link.setdefault(uuid, set()) if cache is not None and uuid else None
     for link in range(backend.max_links):
         if issues.lost:  # every further call would fail the same way (and slowly)
             break
+        if absent is not None and link in absent:
+            continue
         try:
             up = backend.link_state(handle, link)
         except NvmlError as exc:
             if exc.name not in NO_SUCH_LINK:
                 issues.error(exc)
+            elif absent is not None:
+                absent.add(link)
             continue
-        links.append(_link(backend, handle, link, up, issues))
+        key = (uuid, link)
+        facts = cache.facts.get(key) if cache is not None and uuid and up else None
+        if facts is None:
+            facts = _facts(backend, handle, link, up, issues, cache if uuid else None, key)
+        links.append(_link(backend, handle, link, up, facts, issues))
     return tuple(links)
 
 
-def _link(backend: NvmlBackend, handle: DeviceHandle, link: int, up: bool, issues: _Issues) -> NvLink:
+def _facts(
+    backend: NvmlBackend,
+    handle: DeviceHandle,
+    link: int,
+    up: bool,
+    issues: _Issues,
+    cache: LinkCache | None,
+    key: tuple[str, int],
+) -> _LinkFacts:
+    """Version and far end of a link, asked now; kept in `cache` when up and every call answered."""
+    before = len(issues.failed) + len(issues.degraded)
     version = _call(issues, backend.link_version, handle, link)
     remote: RemoteType | None = None
     remote_bus: str | None = None
-    if up:  # remote end and counters are only meaningful on an active link
+    if up:  # the remote end is only meaningful on an active link
         remote = _call(issues, backend.link_remote_type, handle, link)
         remote_bus = _call(issues, backend.link_remote_pci_bus_id, handle, link)
+    if cache is not None:
+        if up and len(issues.failed) + len(issues.degraded) == before:
+            cache.facts[key] = (version, remote, remote_bus)
+        else:
+            cache.facts.pop(key, None)
+    return version, remote, remote_bus
+
+
+def _link(
+    backend: NvmlBackend, handle: DeviceHandle, link: int, up: bool, facts: _LinkFacts, issues: _Issues
+) -> NvLink:
+    version, remote, remote_bus = facts
     counters: dict[str, int] = {}
     for counter in ERROR_COUNTERS if up else ():
         value = _call(issues, backend.link_error_counter, handle, link, counter)
@@ -165,7 +225,9 @@ def _xid_health(xids: Mapping[int, int], issues: _Issues) -> None:
             issues.degraded.append(f"XID {xid} ({XID_DEGRADED[xid]})")
 
 
-def _gpu(backend: NvmlBackend, index: int, sysfs: Path, xids: Mapping[int, int]) -> Gpu:
+def _gpu(
+    backend: NvmlBackend, index: int, sysfs: Path, xids: Mapping[int, int], cache: LinkCache | None
+) -> Gpu:
     issues = _Issues()
     _xid_health(xids, issues)
     try:
@@ -177,7 +239,7 @@ def _gpu(backend: NvmlBackend, index: int, sysfs: Path, xids: Mapping[int, int])
     uuid = _call(issues, backend.uuid, handle) or ""
     name = _call(issues, backend.name, handle) or ""
     bus = _call(issues, backend.pci_bus_id, handle) or ""
-    links = _links(backend, handle, issues)
+    links = _links(backend, handle, issues, uuid, cache)
     lost = issues.lost  # a lost GPU answers nothing more: do not ask
     ecc = None if lost else _call(issues, backend.uncorrected_ecc, handle)
     if ecc:
@@ -253,18 +315,29 @@ def probe(
     sysfs: Path,
     rdma: Sequence[RdmaDevice] = (),
     xids: Mapping[int, Mapping[int, int]] | None = None,
+    cache: LinkCache | None = None,
+    now: float = 0.0,
 ) -> ProbeResult[NvmlReport]:
-    """GPUs, NVLinks, fabric and health from NVML; `xids` = recent XID counts per GPU index."""
+    """GPUs, NVLinks, fabric and health from NVML; `xids` = recent XID counts per GPU index.
+
+    `cache` (the agent keeps one, see `LinkCache`) spares the calls whose answers cannot have
+    changed since an earlier cycle; `now` is the agent's clock for its refresh."""
     if backend is None:
         return ProbeResult.absent("NVML library not found")
+    if cache is not None:
+        cache.begin(now)
     try:
-        return _probe(backend, sysfs, rdma, xids or {})
+        return _probe(backend, sysfs, rdma, xids or {}, cache)
     except Exception as exc:  # a binding bug must not take the agent down: say so instead
         return ProbeResult.failed(f"NVML probe error: {exc!r}")
 
 
 def _probe(
-    backend: NvmlBackend, sysfs: Path, rdma: Sequence[RdmaDevice], recent: Mapping[int, Mapping[int, int]]
+    backend: NvmlBackend,
+    sysfs: Path,
+    rdma: Sequence[RdmaDevice],
+    recent: Mapping[int, Mapping[int, int]],
+    cache: LinkCache | None,
 ) -> ProbeResult[NvmlReport]:
     try:
         count = backend.device_count()
@@ -273,7 +346,7 @@ def _probe(
         return ProbeResult.failed(str(exc))
     if count == 0:
         return ProbeResult.absent("no NVIDIA GPUs")
-    gpus = _with_link_expectation([_gpu(backend, i, sysfs, recent.get(i, {})) for i in range(count)])
+    gpus = _with_link_expectation([_gpu(backend, i, sysfs, recent.get(i, {}), cache) for i in range(count)])
     affinity = closest_nics(sysfs, [g.pci_bus_id for g in gpus if g.pci_bus_id], rdma)
     gpus = [replace(g, nics=affinity.get(g.pci_bus_id, ())) for g in gpus]
     domain, problem = _domain(gpus)

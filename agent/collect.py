@@ -192,6 +192,7 @@ class Prober:
         self.lldp_listener: Any = None
         self.lldp_failure = ""
         self._rdma_seen_active: set[tuple[str, int]] = set()  # RDMA ports seen ACTIVE since start
+        self._rdma_cache: Any = None  # agent.probes.rdma.DeviceCache: fixed HCA facts between cycles
         self._nvml_links: Any = None  # agent.probes.nvml.LinkCache: NVLink facts kept between cycles
         self._lock = threading.Lock()
         self.latest: Snapshot | None = None
@@ -271,7 +272,9 @@ class Prober:
     def probe_rdma(self) -> ProbeResult[Any]:
         from agent.probes import rdma
 
-        read = rdma.probe(self.config.sysfs)
+        if self._rdma_cache is None:
+            self._rdma_cache = rdma.DeviceCache()
+        read = rdma.probe(self.config.sysfs, self._rdma_cache)
         self._rdma_seen_active |= rdma.active_ports(read.value or ())  # once up, a port is in use
         return rdma.judge(read, seen_active=self._rdma_seen_active)
 

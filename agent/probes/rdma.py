@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from agent.probes.sysfs_attr import (
     Problems,
@@ -78,12 +78,72 @@ join = os.path.join
 PortKey = tuple[str, int]  # (device, port number)
 
 
-def probe(sysfs: Path) -> ProbeResult[tuple[RdmaDevice, ...]]:
-    """All RDMA devices under `<sysfs>/class/infiniband` (sysfs is the host's /sys, injected)."""
+class DeviceCache:
+    """What sysfs says about an HCA that is fixed while the device stays registered, kept between
+    cycles by the agent: GUIDs, firmware, PCI address and NUMA node of each device, and the names
+    in its port, GID and counter directories (read every cycle, they were a third of the probe).
+
+    Why this is safe: a device removed and registered again (hot-plug, firmware reset, driver
+    reload) gets new sysfs directories, so every entry is keyed by its directory's inode number and
+    change time (and a listing also by the directory's modification time, which a plain tree such
+    as a fixture updates when an entry comes or goes). Facts whose reading found a problem are
+    never kept: the problem is read and reported again next cycle. Values that do change while the
+    device is up (port state, rate, LIDs, GIDs, counters, node_desc, netdevs) are read every cycle."""
+
+    def __init__(self) -> None:
+        self._facts: dict[str, tuple[tuple[int, int], _Fixed]] = {}
+        self._listings: dict[str, tuple[tuple[int, int, int], list[str]]] = {}
+
+    def fixed(self, path: str, problems: Problems) -> _Fixed:
+        """`_read_fixed` once per incarnation of device directory `path`."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return _read_fixed(path, problems)
+        key = (st.st_ino, st.st_ctime_ns)
+        kept = self._facts.get(path)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        before = len(problems.reasons)
+        value = _read_fixed(path, problems)
+        if len(problems.reasons) == before:
+            self._facts[path] = (key, value)
+        else:  # reported this cycle; read (and reported) again next cycle
+            self._facts.pop(path, None)
+        return value
+
+    def list_dir(self, path: str) -> list[str] | None:
+        """`list_dir(path)`, listed again only when the directory is a new one or has changed."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._listings.pop(path, None)
+            return None
+        key = (st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
+        kept = self._listings.get(path)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        names = list_dir(path)
+        if names is None:
+            self._listings.pop(path, None)
+        else:
+            self._listings[path] = (key, names)
+        return names
+
+    def forget_except(self, devices: AbstractSet[str]) -> None:
+        """Drop what was kept for devices (directory paths) that are gone."""
+        for table in (self._facts, self._listings):
+            for path in [p for p in table if not any(p == d or p.startswith(d + "/") for d in devices)]:
+                del table[path]
+
+
+def probe(sysfs: Path, cache: DeviceCache | None = None) -> ProbeResult[tuple[RdmaDevice, ...]]:
+    """All RDMA devices under `<sysfs>/class/infiniband` (sysfs is the host's /sys, injected);
+    `cache` (the agent keeps one) spares re-reading what cannot change, see `DeviceCache`."""
     missing = missing_sysfs(sysfs)
     if missing:
         return ProbeResult.failed(missing)
-    return probe_class_dir(sysfs / "class" / "infiniband")
+    return probe_class_dir(sysfs / "class" / "infiniband", cache)
 
 
 def missing_sysfs(sysfs: Path) -> str:
@@ -94,7 +154,7 @@ def missing_sysfs(sysfs: Path) -> str:
     return f"host sysfs root missing: {sysfs} {what} (is the host's /sys mounted there? see --sysfs)"
 
 
-def probe_class_dir(class_dir: Path) -> ProbeResult[tuple[RdmaDevice, ...]]:
+def probe_class_dir(class_dir: Path, cache: DeviceCache | None = None) -> ProbeResult[tuple[RdmaDevice, ...]]:
     """All RDMA devices in a bare `class/infiniband` directory."""
     names = list_dir(class_dir)
     if names is None:
@@ -111,7 +171,9 @@ def probe_class_dir(class_dir: Path) -> ProbeResult[tuple[RdmaDevice, ...]]:
         if not os.path.isdir(path):
             problems.add(path, "not a device directory (dangling link?)")
             continue
-        devices.append(read_device(path, problems))
+        devices.append(read_device(path, problems, cache))
+    if cache is not None:
+        cache.forget_except({join(base, name) for name in names})
     return _result(tuple(devices), problems)
 
 
@@ -121,19 +183,40 @@ def _result(devices: tuple[RdmaDevice, ...], problems: Problems) -> ProbeResult[
     return ProbeResult(devices, ComponentHealth(Health.OK))
 
 
-def read_device(path: StrPath, problems: Problems) -> RdmaDevice:
+def read_device(path: StrPath, problems: Problems, cache: DeviceCache | None = None) -> RdmaDevice:
     """One HCA (`class/infiniband/<dev>`). Paths are joined as strings: this runs for every
     port and counter file each cycle, where building pathlib objects cost more than the reads."""
     path = os.fspath(path)
+    fixed = _read_fixed(path, problems) if cache is None else cache.fixed(path, problems)
     return RdmaDevice(
         name=os.path.basename(path),
+        node_guid=fixed.node_guid,
+        sys_image_guid=fixed.sys_image_guid,
+        node_desc=read_text(join(path, "node_desc"), problems) or None,
+        firmware=fixed.firmware,
+        pci_address=fixed.pci_address,
+        numa_node=fixed.numa_node,
+        ports=_ports(path, problems, cache),
+    )
+
+
+class _Fixed(NamedTuple):
+    """What of a device does not change while it is registered."""
+
+    node_guid: str | None
+    sys_image_guid: str | None
+    firmware: str | None
+    pci_address: str | None
+    numa_node: int | None
+
+
+def _read_fixed(path: str, problems: Problems) -> _Fixed:
+    return _Fixed(
         node_guid=_guid(join(path, "node_guid"), problems),
         sys_image_guid=_guid(join(path, "sys_image_guid"), problems),
-        node_desc=read_text(join(path, "node_desc"), problems) or None,
         firmware=read_text(join(path, "fw_ver"), problems) or None,
         pci_address=pci_address(join(path, "device")),
         numa_node=_numa_node(join(path, "device", "numa_node"), problems),
-        ports=_ports(path, problems),
     )
 
 
@@ -152,9 +235,9 @@ def _numa_node(path: str, problems: Problems) -> int | None:
     return node if node is not None and node >= 0 else None
 
 
-def _ports(device: str, problems: Problems) -> tuple[RdmaPort, ...]:
+def _ports(device: str, problems: Problems, cache: DeviceCache | None = None) -> tuple[RdmaPort, ...]:
     ports_dir = join(device, "ports")
-    names = list_dir(ports_dir)
+    names = list_dir(ports_dir) if cache is None else cache.list_dir(ports_dir)
     if names is None:
         problems.add(ports_dir, "missing: device has no ports directory")
         return ()
@@ -163,11 +246,11 @@ def _ports(device: str, problems: Problems) -> tuple[RdmaPort, ...]:
         if not name.isdigit():
             problems.add(join(ports_dir, name), "not a port number")
             continue
-        ports.append(read_port(device, int(name), problems))
+        ports.append(read_port(device, int(name), problems, cache))
     return tuple(ports)
 
 
-def read_port(device: StrPath, number: int, problems: Problems) -> RdmaPort:
+def read_port(device: StrPath, number: int, problems: Problems, cache: DeviceCache | None = None) -> RdmaPort:
     """One port (`class/infiniband/<dev>/ports/<n>`)."""
     device = os.fspath(device)
     path = join(device, "ports", str(number))
@@ -183,8 +266,8 @@ def read_port(device: StrPath, number: int, problems: Problems) -> RdmaPort:
         lid=read_int(join(path, "lid"), problems, base=16),
         sm_lid=read_int(join(path, "sm_lid"), problems, base=16),
         netdev=_netdev(device, path, number, problems),
-        gids=_gids(join(path, "gids"), problems),
-        counters=_counters(path, problems),
+        gids=_gids(join(path, "gids"), problems, cache),
+        counters=_counters(path, problems, cache),
     )
 
 
@@ -221,9 +304,9 @@ def _rate(path: str, problems: Problems) -> float | None:
     return _read_parsed(path, problems, parse_rate, "a rate")
 
 
-def _gids(path: str, problems: Problems) -> tuple[str, ...]:
+def _gids(path: str, problems: Problems, cache: DeviceCache | None) -> tuple[str, ...]:
     gids = []
-    for index in list_dir(path) or ():
+    for index in (list_dir(path) if cache is None else cache.list_dir(path)) or ():
         entry = join(path, index)
         raw = read_bytes(entry)  # unpopulated entries may refuse to read: not a problem
         if raw is None or raw.strip() in (b"", _ZERO_GID_BYTES):  # most of a 128..256-entry table
@@ -254,11 +337,11 @@ def _netdev(device: str, port_dir: str, port: int, problems: Problems) -> str | 
     return candidates[0] if candidates else None
 
 
-def _counters(port: str, problems: Problems) -> dict[str, int]:
+def _counters(port: str, problems: Problems, cache: DeviceCache | None) -> dict[str, int]:
     counters: dict[str, int] = {}
     for directory in _COUNTER_DIRS:
         folder = join(port, directory)
-        for name in list_dir(folder) or ():
+        for name in (list_dir(folder) if cache is None else cache.list_dir(folder)) or ():
             value = _counter(join(folder, name), problems)
             if value is not None:
                 counters.setdefault(name, value)

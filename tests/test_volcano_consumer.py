@@ -362,7 +362,9 @@ def test_a_volcano_job_through_the_controller_manager_lands_in_one_leaf(fabric: 
     for n in (nodes_a[2], nodes_a[3], nodes_b[3]):
         workload.fill(n)
     template = workload.pod_body("unused", "vcjob", 8)
-    template["metadata"] = {"labels": {"gang": "vcjob"}}
+    # kwok must keep the pods running: a Job whose pods complete is finished, and Volcano's job
+    # controller then deletes its PodGroup (the one this test reads back below)
+    template["metadata"] = {"labels": {"gang": "vcjob"}, "annotations": {KEEP_RUNNING: "true"}}
     job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
            "metadata": {"name": "vcjob", "namespace": workload.ns},
            "spec": {"schedulerName": SCHEDULER_NAME, "queue": "default", "minAvailable": 3,

@@ -14,16 +14,15 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, MutableSequence
+from collections.abc import Iterator, MutableSequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from controlplane.harness import ControlPlane, running
-from realparts import free_port, require_binary
+from realparts import free_port, require_binary, wait_for
 
 from agent.report import (
     ComponentHealth,
@@ -159,17 +158,6 @@ def private_plane() -> Iterator[ControlPlane]:
         finally:
             for proc in plane.processes:
                 proc.kill()
-
-
-def wait_for(condition: Callable[[], Any], *, timeout: float, interval: float = 0.05, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
-        time.sleep(interval)
 
 
 def scrape(port: int) -> dict[str, float]:

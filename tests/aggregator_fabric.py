@@ -5,14 +5,16 @@ its topology format (Switch and Ca blocks, port lines on both ends of every cabl
 and node descriptions as the modelled nodes' agents report them (agent.model_probe). `expected_tree`
 is an independent oracle for the tree a model declares: every switch's subtree above the leaves is
 a domain, nodes sharing a set of leaves are one, every NVLink annotation is one; equal node sets are one domain,
-and a domain's parent is the smallest strictly larger one.
+and a domain's parent is the smallest strictly larger one. `nodes_below` reads rendered HyperNodes
+back as the node sets they hold.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from typing import Any
 
 from agent.cluster_model import ClusterModel
 from agent.model_probe import node_guid
@@ -95,6 +97,20 @@ def ibnetdiscover_dump(
             "",
         ]
     return "\n".join(out) + "\n" + "\n".join(cas)
+
+
+def nodes_below(hypernodes: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    """HyperNode name -> the Nodes it holds, through its HyperNode members all the way down."""
+    members = {o["metadata"]["name"]: o["spec"]["members"] for o in hypernodes}
+    found: dict[str, frozenset[str]] = {}
+
+    def of(name: str) -> frozenset[str]:
+        if name not in found:
+            targets = [(m["type"], m["selector"]["exactMatch"]["name"]) for m in members[name]]
+            found[name] = frozenset().union(*(of(t) if kind == "HyperNode" else {t} for kind, t in targets))
+        return found[name]
+
+    return {name: of(name) for name in members}
 
 
 def expected_tree(model: ClusterModel) -> tuple[set[frozenset[str]], dict[frozenset[str], frozenset[str]]]:

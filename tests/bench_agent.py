@@ -24,7 +24,6 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from agent_host import HGX_SYSFS, fixture_prober  # noqa: E402
 from controlplane.harness import running  # noqa: E402
+from realparts import free_port, http_get, wait_for  # noqa: E402
 
 from agent.adapters.kube import KubeApi  # noqa: E402
 from agent.report import node_topology_object  # noqa: E402
@@ -127,38 +127,12 @@ def _grey_cycle(cycles: int, probes: tuple[tuple[str, str], ...]) -> dict[str, f
     }
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, step: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(step)
-    return value
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def start_agent(plane: Any, node: str, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     argv = [sys.executable, "-m", "agent", "--log-level", "warning", "run", "--node-name", node]
     argv += ["--listen", f"127.0.0.1:{port}", "--nvml", "fake:hgx-h100", "--sysfs", str(HGX_SYSFS), *extra]
     proc = subprocess.Popen(argv, env=plane.env(), cwd=HERE.parent)
-    wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"))
+    wait_for(lambda: http_get(f"http://127.0.0.1:{port}/readyz", timeout=2)[0] == 200, timeout=30)
     return proc, port
 
 
@@ -237,13 +211,13 @@ def bench_link_down(plane: Any, flips: int) -> dict[str, Any]:
         ip("link", "set", b, "up")
         ip("link", "set", a, "up")
         proc, _ = start_agent(plane, node, "--interfaces", f"^htv{tag}[ab]$")
-        wait_for(lambda: interface_state(api, node, a) == "up")
+        wait_for(lambda: interface_state(api, node, a) == "up", timeout=30)
         latencies = []
         for i in range(flips):
             target = "down" if i % 2 == 0 else "up"
             start = time.monotonic()
             ip("link", "set", a, target)
-            wait_for(lambda t=target: interface_state(api, node, a) == t, timeout=10, step=0.005)
+            wait_for(lambda t=target: interface_state(api, node, a) == t, timeout=10, interval=0.005)
             latencies.append(time.monotonic() - start)
         return {
             "flips": flips,

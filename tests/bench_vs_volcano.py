@@ -29,12 +29,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -45,9 +43,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from aggregator_fabric import nodes_below  # noqa: E402
 from controlplane.harness import ControlPlane, running  # noqa: E402
 from placement_live import KWOK_LABEL, build_kwok  # noqa: E402
-from realparts import free_port  # noqa: E402
+from realparts import free_port, http_get, stop_processes  # noqa: E402
 from volcano_live import DEFAULT_CONF, SCHEDULER_NAME, volcano_dir, volcano_running  # noqa: E402
 
 from agent.adapters.kube import LEASES  # noqa: E402
@@ -92,21 +91,8 @@ class Tree:
     """The rendered HyperNodes as sets of nodes: which tier a set of nodes spans."""
 
     def __init__(self, hypernodes: Sequence[Mapping[str, Any]]) -> None:
-        spec = {o["metadata"]["name"]: o["spec"] for o in hypernodes}
-        self.tier = {name: int(s["tier"]) for name, s in spec.items()}
-        self.nodes: dict[str, frozenset[str]] = {}
-
-        def nodes_of(name: str) -> frozenset[str]:
-            if name not in self.nodes:
-                found: set[str] = set()
-                for member in spec[name]["members"]:
-                    target = member["selector"]["exactMatch"]["name"]
-                    found |= {target} if member["type"] == "Node" else nodes_of(target)
-                self.nodes[name] = frozenset(found)
-            return self.nodes[name]
-
-        for name in spec:
-            nodes_of(name)
+        self.tier = {o["metadata"]["name"]: int(o["spec"]["tier"]) for o in hypernodes}
+        self.nodes = nodes_below(hypernodes)
 
     def span(self, nodes: Sequence[str]) -> tuple[str, int] | None:
         """The lowest-tier HyperNode holding all `nodes` (name, tier); None if none does."""
@@ -187,11 +173,7 @@ def kwok(plane: ControlPlane, *, lease_seconds: int) -> Iterator[None]:
     try:
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_processes([proc], timeout=15)
         log.close()
 
 
@@ -331,14 +313,6 @@ def run_gang(api: kube.KubeClient, tree: Tree, *, ns: str, scheduler: str, sched
 
 
 # -- the schedulers --------------------------------------------------------------------------------
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def hypertopo_running(plane: ControlPlane, name: str, selector: str) -> Iterator[None]:
     """`hypertopo-scheduler run` as its own process (as deployed), once /healthz says it has synced."""
@@ -355,19 +329,14 @@ def hypertopo_running(plane: ControlPlane, name: str, selector: str) -> Iterator
             if proc.poll() is not None:
                 raise AssertionError(f"hypertopo-scheduler exited {proc.returncode}: "
                                      f"{(plane.workdir / 'hypertopo-scheduler.log').read_text()[-3000:]}")
-            if healthy(port):
+            if http_get(f"http://127.0.0.1:{port}/healthz", timeout=2)[0] == 200:
                 break
             if time.monotonic() > deadline:
                 raise AssertionError("hypertopo-scheduler not healthy after 300s")
             time.sleep(0.2)
         yield
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_processes([proc], timeout=30)
         log.close()
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 from agent_host import HGX_SYSFS, LINKS, NODE, fixture_prober
 from prometheus_client import CollectorRegistry, generate_latest
-from realparts import require_binary
+from realparts import require_binary, wait_for
 
 from agent.collect import CollectConfig, Prober
 from agent.metrics import AgentMetrics, PublishCounts
@@ -36,13 +35,6 @@ def exposition(registry: CollectorRegistry) -> str:
     return DURATION.sub(r"\1 <duration>", generate_latest(registry).decode())
 
 
-def wait_for(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def golden_prober() -> Prober:
     """Fixture host with one NVLink down, ECC errors and two XID 74 events seen by the watcher."""
     fake = FakeNvml("hgx-h100")
@@ -54,7 +46,7 @@ def golden_prober() -> Prober:
     try:
         fake.inject_xid(2, 74)
         fake.inject_xid(2, 74)
-        wait_for(lambda: watcher.counts().get(2, {}).get(74) == 2)
+        wait_for(lambda: watcher.counts().get(2, {}).get(74) == 2, timeout=5)
         prober.xid_watcher = watcher
         prober.collect()
     finally:

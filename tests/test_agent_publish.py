@@ -4,15 +4,15 @@ API server is away, and then publishes the latest state; against a scripted API 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from agent_host import fixture_prober
+from fake_clock import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
-from realparts import free_port
+from realparts import free_port, wait_for
 
 from agent.adapters.kube import FIELD_MANAGER, KubeApi, KubeClient
 from agent.probes.nvml_fake import FakeNvml
@@ -40,23 +40,8 @@ class ScriptedApi:
         return next((o for o in reversed(self.applied) if o["metadata"]["name"] == name), None)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def obj(name: str, generation: int) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {"value": generation}}
-
-
-def wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_an_unchanged_object_is_applied_once() -> None:
@@ -81,7 +66,7 @@ def test_key_order_does_not_count_as_a_change() -> None:
 
 @pytest.mark.parametrize("status", [None, 500, 503, 409, 429])
 def test_transient_errors_back_off_exponentially_then_publish_the_latest(status: int | None) -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     api = ScriptedApi(*[ApiError(status or 0, "away")] * 4)
     publisher = Publisher(api, backoff=Backoff(base=1.0, cap=30.0), clock=clock, rng=lambda: 1.0)
     delays = []
@@ -100,7 +85,7 @@ def test_transient_errors_back_off_exponentially_then_publish_the_latest(status:
 
 
 def test_a_new_state_during_backoff_waits_for_the_backoff() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     publisher = Publisher(ScriptedApi(ApiError(0, "down")), clock=clock, rng=lambda: 0.0)
     publisher.submit(obj("n1", 1))
     publisher.attempt()
@@ -117,7 +102,7 @@ def test_jitter_spreads_delays_between_base_and_the_exponential_ceiling() -> Non
 
 
 def test_permanent_errors_retry_slowly_at_the_cap() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     publisher = Publisher(ScriptedApi(ApiError(422, "invalid")), clock=clock, rng=lambda: 0.0)
     publisher.submit(obj("n1", 1))
     assert not publisher.attempt()
@@ -141,7 +126,7 @@ def test_a_deleted_or_edited_object_is_noticed_by_verify_and_re_applied() -> Non
 
 
 def test_verification_is_due_every_period_after_the_last_apply() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     publisher = Publisher(ScriptedApi(), verify_every=60.0, clock=clock)
     publisher.submit(obj("n1", 1))
     publisher.attempt()
@@ -161,7 +146,7 @@ def test_the_publisher_thread_retries_until_the_api_answers() -> None:
     thread.start()
     try:
         publisher.submit(obj("n1", 1))
-        wait_for(lambda: len(api.applied) == 1)
+        wait_for(lambda: len(api.applied) == 1, timeout=10)
         assert len(api.calls) == 4 and publisher.counts().errors == 3
     finally:
         stop.set()
@@ -257,13 +242,13 @@ def test_while_the_api_server_is_away_it_retries_then_publishes_the_latest(apise
     thread.start()
     try:
         publisher.submit(node_topology_object(prober.collect()))
-        wait_for(lambda: publisher.counts().errors >= 3)
+        wait_for(lambda: publisher.counts().errors >= 3, timeout=10)
         assert "unreachable" in publisher.last_error and publisher.counts().writes == 0
         fake.set_link(6, 0, up=False)  # the node changes while the API server is away
         latest = node_topology_object(prober.collect())
         publisher.submit(latest)
         api.target = KubeApi.from_config(str(apiserver.kubeconfig))
-        wait_for(lambda: publisher.counts().writes == 1)
+        wait_for(lambda: publisher.counts().writes == 1, timeout=10)
         stored = api.target.get(prober.config.node_name)
         assert stored is not None and stored["spec"] == latest["spec"]
         assert publisher.failing_since is None
@@ -278,7 +263,7 @@ def test_while_the_api_server_is_away_it_retries_then_publishes_the_latest(apise
 def test_whatever_the_api_does_the_latest_state_wins_and_no_write_repeats(
     steps: list[tuple[int, int | None]],
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     api = ScriptedApi()
     publisher = Publisher(api, clock=clock)
     for generation, status in steps:

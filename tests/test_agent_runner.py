@@ -14,40 +14,20 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_host import HGX_SYSFS, fixture_prober
-from realparts import free_port, ip, require_binary, require_root
+from realparts import free_port, http_get, ip, require_binary, require_root, wait_for
 
 from agent.adapters.kube import KubeApi
 from agent.publish import ApiError, Backoff, Publisher
 from agent.runner import Agent, RunConfig, parse_listen
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0, step: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(step)
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
 
 
 class RecordingApi:
@@ -265,7 +245,7 @@ def test_link_down_reaches_the_published_nodetopology_within_a_second(apiserver,
         wait_for(lambda: interface_state(api, node, a) == "up")
         start = time.monotonic()
         ip("link", "set", a, "down")
-        wait_for(lambda: interface_state(api, node, a) == "down", timeout=5, step=0.005)
+        wait_for(lambda: interface_state(api, node, a) == "down", timeout=5, interval=0.005)
         latency = time.monotonic() - start
     print(f"link down -> published NodeTopology: {latency * 1000:.0f} ms")
     assert latency < 1.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fake_clock import FakeClock
 
 from aggregator.adapters.kube import LEASES, KubeClient, LeaseClient, connect
 from aggregator.leader import ElectionConfig, LeaderElector
@@ -17,21 +18,13 @@ pytestmark = pytest.mark.apiserver
 NAMESPACE = "hypertopo-leader-test"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture(scope="module")
 def kube(apiserver: Any) -> KubeClient:
     apiserver.kubectl("create", "namespace", NAMESPACE, check=False)
     return connect(str(apiserver.kubeconfig))
 
 
-def elector(kube: KubeClient, lease: str, identity: str, clock: Clock) -> LeaderElector:
+def elector(kube: KubeClient, lease: str, identity: str, clock: FakeClock) -> LeaderElector:
     config = ElectionConfig(identity=identity, namespace=NAMESPACE, name=lease,
                             lease_duration=15, renew_deadline=10, retry_period=2)
     return LeaderElector(LeaseClient(kube, namespace=NAMESPACE, name=lease), config, clock=clock)
@@ -45,7 +38,7 @@ def test_one_candidate_acquires_and_the_other_waits_a_full_lease_on_its_own_cloc
     kube: KubeClient, unique: str
 ) -> None:
     lease = f"lease-{unique}"
-    clock_a, clock_b = Clock(), Clock()
+    clock_a, clock_b = FakeClock(), FakeClock()
     a, b = elector(kube, lease, "a", clock_a), elector(kube, lease, "b", clock_b)
     assert a.step() and not b.step()
     assert holder(kube, lease) == "a"
@@ -64,7 +57,7 @@ def test_one_candidate_acquires_and_the_other_waits_a_full_lease_on_its_own_cloc
 
 def test_a_renewing_leader_keeps_the_lease(kube: KubeClient, unique: str) -> None:
     lease = f"lease-{unique}"
-    clock_a, clock_b = Clock(), Clock()
+    clock_a, clock_b = FakeClock(), FakeClock()
     a, b = elector(kube, lease, "a", clock_a), elector(kube, lease, "b", clock_b)
     a.step()
     b.step()
@@ -77,7 +70,7 @@ def test_a_renewing_leader_keeps_the_lease(kube: KubeClient, unique: str) -> Non
 
 def test_release_hands_the_lease_over_at_once(kube: KubeClient, unique: str) -> None:
     lease = f"lease-{unique}"
-    a, b = elector(kube, lease, "a", Clock()), elector(kube, lease, "b", Clock())
+    a, b = elector(kube, lease, "a", FakeClock()), elector(kube, lease, "b", FakeClock())
     a.step()
     assert not b.step()
     assert a.release() and not a.is_leader()
@@ -99,9 +92,9 @@ class RacingStore(LeaseClient):
 
 def test_two_candidates_racing_for_an_expired_lease_produce_one_leader(kube: KubeClient, unique: str) -> None:
     lease = f"lease-{unique}"
-    old = elector(kube, lease, "old", Clock())
+    old = elector(kube, lease, "old", FakeClock())
     old.step()
-    clock_a, clock_b = Clock(), Clock()
+    clock_a, clock_b = FakeClock(), FakeClock()
     b = elector(kube, lease, "b", clock_b)
     config = ElectionConfig(identity="a", namespace=NAMESPACE, name=lease)
     a = LeaderElector(RacingStore(kube, lease, b), config, clock=clock_a)
@@ -121,7 +114,7 @@ def test_an_unreachable_api_server_is_a_failed_round_not_a_crash(unique: str) ->
         create = replace = lambda self, lease: self.get()
 
     config = ElectionConfig(identity="a", name=f"lease-{unique}")
-    assert not LeaderElector(Down(), config, clock=Clock()).step()
+    assert not LeaderElector(Down(), config, clock=FakeClock()).step()
 
 
 def test_election_timings_must_nest() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from aggregator_fabric import ibnetdiscover_dump
+from aggregator_fabric import ibnetdiscover_dump, nodes_below
 
 from agent.cluster_model import ClusterModel, load_model, parse_model
 from agent.model_probe import report_for
@@ -138,17 +138,7 @@ def _raw(model_name: str) -> dict[str, Any]:
 
 def _named_sets(raw: dict[str, Any]) -> dict[str, frozenset[str]]:
     """HyperNode name -> the nodes below it, for the model's reports and dump."""
-    model = parse_model(raw)
-    objects = {o["metadata"]["name"]: o for o in _from_dump(model)}
-
-    def nodes(name: str) -> frozenset[str]:
-        found: set[str] = set()
-        for member in objects[name]["spec"]["members"]:
-            member_name = member["selector"]["exactMatch"]["name"]
-            found |= nodes(member_name) if member["type"] == "HyperNode" else {member_name}
-        return frozenset(found)
-
-    return {name: nodes(name) for name in objects}
+    return nodes_below(_from_dump(parse_model(raw)))
 
 
 def _without(raw: dict[str, Any], node: str) -> dict[str, Any]:

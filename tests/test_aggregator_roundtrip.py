@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from aggregator_fabric import expected_tree, ibnetdiscover_dump
+from aggregator_fabric import expected_tree, ibnetdiscover_dump, nodes_below
 
 from agent.cluster_model import ClusterModel, load_model
 from agent.model_probe import report_for
@@ -26,19 +26,10 @@ MODEL_FILES = sorted(MODELS.glob("*.yaml"))
 
 def _tree(objects: list[dict[str, Any]]) -> tuple[set[frozenset[str]], dict[frozenset[str], frozenset[str]]]:
     """(node sets, parent relation) of rendered HyperNodes, resolving members recursively."""
-    by_name = {o["metadata"]["name"]: o for o in objects}
-
-    def nodes(name: str) -> frozenset[str]:
-        found: set[str] = set()
-        for member in by_name[name]["spec"]["members"]:
-            member_name = member["selector"]["exactMatch"]["name"]
-            found |= nodes(member_name) if member["type"] == "HyperNode" else {member_name}
-        return frozenset(found)
-
-    sets = {name: nodes(name) for name in by_name}
+    sets = nodes_below(objects)
     parent = {
-        sets[m["selector"]["exactMatch"]["name"]]: sets[name]
-        for name, o in by_name.items()
+        sets[m["selector"]["exactMatch"]["name"]]: sets[o["metadata"]["name"]]
+        for o in objects
         for m in o["spec"]["members"]
         if m["type"] == "HyperNode"
     }

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_clock import FakeClock
 from realparts import ip, veth_netns
 
 from agent.adapters.netlink import dump_links
@@ -29,15 +30,8 @@ def netns(unique: str) -> Iterator[str]:
         yield name
 
 
-class Clock:
-    now = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_flapping_veth_is_degraded_held_down_then_recovered(netns: str, tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(5000.0)
     config = CollectConfig(
         "flap-node", sysfs=tmp_path, nvml="off", interfaces=re.compile(r"^fabA$"),
         grey=GreyConfig(flap_window_s=120, flap_limit=2, flap_hold_down_s=300),

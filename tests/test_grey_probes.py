@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from agent_host import HGX_SYSFS, LINKS, NODE
+from fake_clock import FakeClock
 
 from agent.collect import PROBES, CollectConfig, Prober
 from agent.probes import rdma
@@ -24,14 +25,6 @@ from agent.report import ComponentHealth, Finding, Health, report_spec
 PORT = Path("class/infiniband/mlx5_3/ports/1")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def host(tmp_path: Path) -> Path:
     root = tmp_path / "sys"
@@ -39,7 +32,7 @@ def host(tmp_path: Path) -> Path:
     return root
 
 
-def prober(sysfs: Path, clock: Clock, *, links=LINKS, grey: GreyConfig | None = None, nvml=None):  # type: ignore[no-untyped-def]
+def prober(sysfs: Path, clock: FakeClock, *, links=LINKS, grey: GreyConfig | None = None, nvml=None):  # type: ignore[no-untyped-def]
     """A prober on the fake HGX node; `links` is the link dump, or a callable giving the current one."""
     config = CollectConfig(NODE, sysfs=sysfs, grey=grey or GreyConfig())
     return Prober(
@@ -62,7 +55,7 @@ def findings(report, kind: str) -> list[Finding]:  # type: ignore[no-untyped-def
 def test_symbol_errors_climbing_degrade_then_fail_the_port_with_value_threshold_and_window(
     host: Path,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = prober(host, clock)
     readings = [0, 0, 1000, 2500, 4000, 40000, 80000]  # every 60 s: 0, 1000, 1500, 1500, 36000, 40000 /min
     states = []
@@ -83,7 +76,7 @@ def test_symbol_errors_climbing_degrade_then_fail_the_port_with_value_threshold_
 
 
 def test_an_unchanged_grey_state_serialises_to_the_same_object_while_the_rate_wanders(host: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = prober(host, clock)
     specs, total = [], 0
     for step, increment in enumerate((0, 1000, 1100, 1200, 1000, 1300)):
@@ -98,7 +91,7 @@ def test_an_unchanged_grey_state_serialises_to_the_same_object_while_the_rate_wa
 
 
 def test_a_counter_reset_counts_from_zero_and_does_not_look_like_a_burst(host: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = prober(host, clock)
     for reading in (50000, 50000, 3):  # driver reload between the 2nd and 3rd reading
         write(host, PORT / "counters" / "symbol_error", reading)
@@ -112,7 +105,7 @@ def test_a_counter_reset_counts_from_zero_and_does_not_look_like_a_burst(host: P
 
 
 def test_one_link_downed_degrades_and_the_finding_clears_when_the_window_passes(host: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = prober(host, clock)
     write(host, PORT / "counters" / "link_downed", 0)
     p.collect()
@@ -125,7 +118,7 @@ def test_one_link_downed_degrades_and_the_finding_clears_when_the_window_passes(
 
 
 def test_hw_counters_are_watched_too(host: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = prober(host, clock)
     for reading in (0, 0, 5):
         write(host, PORT / "hw_counters" / "rnr_nak_retry_err", reading)
@@ -155,7 +148,7 @@ def test_the_latch_keeps_the_first_value_until_the_severity_changes() -> None:
 
 def test_a_port_trained_at_half_rate_is_degraded_with_the_numbers_in_the_reason(host: Path) -> None:
     write(host, PORT / "rate", "200 Gb/sec (2X NDR)")
-    report = prober(host, Clock()).collect()
+    report = prober(host, FakeClock()).collect()
     (finding,) = findings(report, "link-training")
     assert (finding.subject, finding.value, finding.threshold) == ("mlx5_3/1", "200 Gb/s", "400 Gb/s")
     assert "200 Gb/sec (2X NDR)" in finding.reason and "7 MT4129 ports" in finding.reason
@@ -203,7 +196,7 @@ def eno1(changes: int) -> tuple[LinkRecord, ...]:
 
 def net_timeline(host: Path, grey: GreyConfig, steps: list[tuple[int, int]]) -> list[tuple[int, Health]]:
     """One prober's net health at each step (seconds from the start, eno1's carrier_changes then)."""
-    clock = Clock()
+    clock = FakeClock()
     current = {"links": eno1(steps[0][1])}
     p = prober(host, clock, links=lambda: current["links"], grey=grey)
     timeline = []
@@ -232,7 +225,7 @@ def test_the_hold_down_keeps_a_link_degraded_after_the_window_forgets_its_flaps(
 
 
 def test_an_rdma_port_bouncing_between_active_and_down_is_flapping(host: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = prober(host, clock)
     for state in ("4: ACTIVE", "1: DOWN", "4: ACTIVE", "1: DOWN", "4: ACTIVE"):
         write(host, PORT / "state", state)
@@ -249,7 +242,7 @@ def test_an_hca_whose_pcie_link_fell_to_gen4_x8_degrades_pcie(host: Path) -> Non
     device = host / "class" / "infiniband" / "mlx5_5" / "device"
     (device / "current_link_speed").write_text("16.0 GT/s PCIe\n")
     (device / "current_link_width").write_text("8\n")
-    report = prober(host, Clock()).collect()
+    report = prober(host, FakeClock()).collect()
     (finding,) = findings(report, "pcie-link")
     assert finding.component == "pcie" and finding.subject.startswith("mlx5_5 0000:")
     assert (finding.value, finding.threshold) == ("16 GT/s x8", "32 GT/s x16")
@@ -259,17 +252,17 @@ def test_an_hca_whose_pcie_link_fell_to_gen4_x8_degrades_pcie(host: Path) -> Non
 def test_pcie_is_healthy_on_the_fixture_host_and_absent_without_link_attributes(
     host: Path, tmp_path: Path
 ) -> None:
-    assert prober(host, Clock()).collect().health["pcie"].state is Health.OK
+    assert prober(host, FakeClock()).collect().health["pcie"].state is Health.OK
     for attr in host.glob("devices/**/current_link_speed"):
         attr.unlink()
-    assert prober(host, Clock()).collect().health["pcie"].state is Health.ABSENT
+    assert prober(host, FakeClock()).collect().health["pcie"].state is Health.ABSENT
 
 
 # --- NVLink --------------------------------------------------------------------------------------
 
 
 def test_nvlink_replays_climbing_on_one_link_degrade_that_gpu(host: Path) -> None:
-    clock, fake = Clock(), FakeNvml("hgx-h100")
+    clock, fake = FakeClock(), FakeNvml("hgx-h100")
     p = prober(host, clock, nvml=fake)
     for replays in (0, 0, 50):
         fake.set_link_errors(4, 11, replay=replays)
@@ -284,7 +277,7 @@ def test_the_fabric_health_mask_is_decoded_into_reasons(host: Path) -> None:
     fake = FakeNvml("gb200-nvl72")
     fake.set_fabric_health(2, degraded_bw=True)
     fake.set_fabric_health(3, route_unhealthy=True, route_recovery=True)
-    report = prober(host, Clock(), nvml=fake).collect()
+    report = prober(host, FakeClock(), nvml=fake).collect()
     got = {(f.subject, f.severity, f.reason.split(" (")[0]) for f in findings(report, "fabric-health")}
     assert got == {
         ("gpu2", Health.DEGRADED, "gpu2: NVLink fabric bandwidth degraded"),
@@ -356,9 +349,9 @@ def test_the_real_nvml_capture_script_records_fabric_health_pcie_and_counters(ho
 
 
 def test_a_completed_registration_in_clique_0_is_not_an_nvlink_domain(host: Path) -> None:
-    placed = prober(host, Clock(), nvml=FakeNvml("gb200-nvl72")).collect()
+    placed = prober(host, FakeClock(), nvml=FakeNvml("gb200-nvl72")).collect()
     assert placed.nvml is not None and placed.nvml.domain is not None and placed.nvml.domain.clique_id != 0
-    unplaced = prober(host, Clock(), nvml=FakeNvml("gb200-nvl72", clique_id=0)).collect()
+    unplaced = prober(host, FakeClock(), nvml=FakeNvml("gb200-nvl72", clique_id=0)).collect()
     assert unplaced.nvml is not None and unplaced.nvml.domain is None
     assert unplaced.summary().nvlink_domain == ""
 
@@ -371,7 +364,7 @@ def test_degraded_gauges_carry_the_labels_of_the_health_metrics(host: Path) -> N
     write(host, PORT / "rate", "200 Gb/sec (2X NDR)")
     fake = FakeNvml("gb200-nvl72")
     fake.set_fabric_health(1, degraded_bw=True)
-    p = prober(host, Clock(), nvml=fake)
+    p = prober(host, FakeClock(), nvml=fake)
     p.collect()
     registry = CollectorRegistry()
     registry.register(AgentMetrics(lambda: p.latest))

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from fake_clock import FakeClock
 
 from agent.adapters.raw_socket import LldpListener
 from agent.probes.lldp import NeighbourTable
@@ -27,14 +28,6 @@ def frame(name: str, ttl: int = 10) -> bytes:
         tlv(1, b"\x07" + name.encode()) + tlv(2, b"\x05swp1") + tlv(3, struct.pack("!H", ttl)) + tlv(0, b"")
     )
     return bytes.fromhex("0180c200000e020000000001") + b"\x88\xcc" + body
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Wires:
@@ -66,12 +59,12 @@ def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-Rig = tuple[LldpListener, Wires, Clock, list[int]]  # listener, its wires, its clock, on_change calls
+Rig = tuple[LldpListener, Wires, FakeClock, list[int]]  # listener, its wires, its clock, on_change calls
 
 
 @pytest.fixture
 def rig() -> Iterator[Rig]:
-    wires, clock, calls = Wires(), Clock(), []
+    wires, clock, calls = Wires(), FakeClock(), []
     table = NeighbourTable()
     lock = threading.Lock()
 

@@ -11,7 +11,6 @@ import json
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realparts import require_binary, require_root
+from realparts import require_binary, require_root, stop_processes
 
 from agent.adapters.lldpd_socket import LldpdReader
 from agent.lldp.lldpcli import parse_json
@@ -66,13 +65,8 @@ class Fabric:
 
     def stop(self, role: str) -> None:
         proc = self.processes.pop(role, None)
-        if proc and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        if proc:
+            stop_processes([proc], timeout=5)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.workdir.glob("*.log")))
@@ -156,12 +150,7 @@ class Listener:
         return self.last
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        stop_processes([self.proc], timeout=5)
 
 
 def _send_captures(fab: Fabric, captures: list[Path]) -> int:

@@ -7,19 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_clock import FakeClock
 
 from agent.probes import nvml
 from agent.probes.nvml_backend import NvmlError, XidEvent
 from agent.probes.nvml_fake import FakeNvml
 from agent.report import Health
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Seen:

@@ -7,15 +7,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import bench_binding
 import pytest
 from controlplane.harness import ControlPlane
 from placement_live import Cluster, kwok_running, wait_for
-from realparts import free_port
+from realparts import free_port, http_get
 
 pytestmark = pytest.mark.apiserver
 
@@ -28,16 +26,6 @@ def cluster(apiserver: ControlPlane, unique: str) -> Iterator[Cluster]:
         c.cleanup()
 
 
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
-
-
 def test_run_command_schedules_a_gang_and_serves_health_and_metrics(cluster: Cluster) -> None:
     cluster.leaf_spine(leaves=2, per_leaf=2, gpus=8)
     port = free_port()
@@ -48,12 +36,12 @@ def test_run_command_schedules_a_gang_and_serves_health_and_metrics(cluster: Clu
          f"--namespace={cluster.ns}"],  # its Lease: a lone replica leads at once
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        wait_for("/healthz 200", lambda: get(f"http://127.0.0.1:{port}/healthz")[0] == 200)
+        wait_for("/healthz 200", lambda: http_get(f"http://127.0.0.1:{port}/healthz", timeout=2)[0] == 200)
         cluster.add_podgroup("cli", 4)
         cluster.add_pods([cluster.pod_body(f"cli-{i}", name, gang="cli", gpus=4) for i in range(4)])
         placement = cluster.wait_bound(4)
         assert len(set(placement.values())) == 2  # 4 x 4 GPUs packed on two 8-GPU nodes
-        _, metrics = get(f"http://127.0.0.1:{port}/metrics")
+        _, metrics = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
         assert 'hypertopo_scheduler_decisions_total{result="scheduled"} 1.0' in metrics
         assert 'hypertopo_scheduler_binds_total{result="bound"} 4.0' in metrics
         assert "hypertopo_scheduler_decision_duration_seconds_count 1.0" in metrics

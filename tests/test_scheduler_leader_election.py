@@ -6,7 +6,6 @@ rolled back), within a lease of the kill."""
 from __future__ import annotations
 
 import contextlib
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from placement_live import Cluster, wait_for
-from realparts import free_port
+from realparts import free_port, stop_processes
 
 from agent.adapters.kube import LEASES
 
@@ -54,12 +53,7 @@ class SchedulerProcess:
         return self.metrics().get("hypertopo_scheduler_is_leader") == 1.0
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_processes([self.proc], timeout=15)
 
 
 def test_the_standby_finishes_a_gang_whose_leader_was_killed_mid_bind(cluster: Cluster) -> None:

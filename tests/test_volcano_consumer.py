@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -28,9 +27,10 @@ from typing import Any
 import pytest
 import yaml
 from aggregator_controller_kit import private_plane, scrape, writes_of
+from aggregator_fabric import nodes_below
 from controlplane.harness import ControlPlane
 from placement_live import KEEP_RUNNING, Cluster, keep_running_stages, kwok_running, wait_for
-from realparts import free_port
+from realparts import free_port, stop_processes
 from volcano_live import CONTROLLERS, SCHEDULER_NAME, Volcano, volcano_crds, volcano_dir, volcano_running
 
 from agent.cluster_model import load_model
@@ -73,15 +73,8 @@ class Fabric:
     def tier(self, number: int) -> dict[str, list[str]]:
         """HyperNode name -> its member nodes (real nodes, recursively), for the HyperNodes of a tier."""
         tree = self.hypernodes()
-
-        def nodes_of(name: str) -> list[str]:
-            found: list[str] = []
-            for member in tree[name]["spec"]["members"]:
-                target = member["selector"]["exactMatch"]["name"]
-                found += [target] if member["type"] == "Node" else nodes_of(target)
-            return sorted(found)
-
-        return {n: nodes_of(n) for n, o in sorted(tree.items()) if o["spec"]["tier"] == number}
+        below = nodes_below(tree.values())
+        return {n: sorted(below[n]) for n, o in sorted(tree.items()) if o["spec"]["tier"] == number}
 
     def tier_name(self, number: int) -> str:
         names = {o["spec"]["tierName"] for o in self.hypernodes().values() if o["spec"]["tier"] == number}
@@ -160,12 +153,7 @@ def fabric() -> Iterator[Fabric]:
                       f"{time.monotonic() - started:.1f}s after Volcano was up")
                 yield fab
         finally:
-            if aggregator.poll() is None:
-                aggregator.send_signal(signal.SIGTERM)
-            try:
-                aggregator.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                aggregator.kill()
+            stop_processes([aggregator], timeout=20)
 
 
 # -- workloads: filler pods, Volcano PodGroups and their pods --------------------------------------

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 from controlplane.harness import ControlPlane, ControlPlaneError, build_volcano
-from realparts import free_port, missing
+from realparts import free_port, missing, stop_processes
 
 SCHEDULER_NAME = "volcano"  # vc-scheduler's default --scheduler-name, what Volcano users write
 # Volcano's Helm default (installer/helm/chart/volcano/config/volcano-scheduler.conf) plus the
@@ -203,12 +203,4 @@ def volcano_running(
               f"({', '.join(vc.processes)}; logs in {plane.workdir})")
         yield vc
     finally:
-        for proc in vc.processes.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in vc.processes.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_processes(vc.processes.values(), timeout=10)

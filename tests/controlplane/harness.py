@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from realparts import stop_processes
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -208,14 +209,8 @@ class ControlPlane:
         return path.read_text(errors="replace")[-size:] if path.exists() else ""
 
     def stop(self) -> None:
-        for proc in reversed(self.processes):
-            proc.terminate()
-        for proc in reversed(self.processes):
-            try:
-                proc.wait(timeout=3)  # a test server: no need to drain long-running watches
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        # a test server: no need to drain long-running watches
+        stop_processes(reversed(self.processes), timeout=3)
         self.processes.clear()
 
 

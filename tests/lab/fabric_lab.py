@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 from controlplane.harness import ControlPlane, running  # noqa: E402
 from fabric_net import MGMT_GATEWAY, FabricNet  # noqa: E402 - sibling module
 from placement_live import kwok_running, wait_for  # noqa: E402
-from realparts import free_port  # noqa: E402
+from realparts import free_port, stop_processes  # noqa: E402
 
 NS = "hypertopo-system"
 GANG_NS = "lab"
@@ -133,13 +133,7 @@ class FabricLab:
         self._spawn(f"agent-{host}", argv, {**os.environ, "PYTHONPATH": str(HERE.parent.parent)})
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(self.procs.values(), timeout=10)
 
     # -- observations --------------------------------------------------------------------------
     def hypernodes(self) -> dict[str, dict[str, Any]]:

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from realparts import stop_processes
+
 PREFIX = "htl"
 BRIDGE = f"{PREFIX}-mgmt"
 MGMT_GATEWAY = "10.250.0.1"
@@ -168,13 +170,7 @@ class FabricNet:
         sh("ip", "-n", self.ns(leaf), "link", "set", port, "up" if up else "down")
 
     def down(self) -> None:
-        for proc in self.lldpd:
-            proc.terminate()
-        for proc in self.lldpd:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(self.lldpd, timeout=5)
         self.lldpd.clear()
         existing = sh("ip", "netns", "list", check=False).stdout
         for line in existing.splitlines():

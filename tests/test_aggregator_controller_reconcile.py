@@ -101,6 +101,12 @@ def kube(apiserver: Any) -> KubeClient:
     return connect(str(apiserver.kubeconfig))
 
 
+@pytest.fixture
+def prefix(unique: str) -> str:
+    """This test's HyperNodes are named <prefix>-...; unique to the test, so tests never see each other's."""
+    return f"r-{unique}"
+
+
 def live_with_prefix(kube: KubeClient, prefix: str) -> dict[str, dict[str, Any]]:
     items, _ = kube.list(HYPERNODES)
     return {o["metadata"]["name"]: o for o in items if o["metadata"]["name"].startswith(prefix)}
@@ -112,9 +118,8 @@ def versions(live: dict[str, dict[str, Any]]) -> dict[str, str]:
 
 @pytest.mark.apiserver
 def test_first_apply_creates_the_tree_and_a_restarted_applier_writes_nothing(
-    apiserver: Any, kube: KubeClient, unique: str
+    apiserver: Any, kube: KubeClient, prefix: str
 ) -> None:
-    prefix = f"r1-{unique}"
     tree = small_tree(prefix)
     first = Applier(HyperNodeClient(kube)).apply(tree, live_with_prefix(kube, prefix))
     assert dict(first.writes) == {"create": 3, "apply-status": 3}, first.errors
@@ -142,9 +147,8 @@ def test_first_apply_creates_the_tree_and_a_restarted_applier_writes_nothing(
 
 @pytest.mark.apiserver
 def test_a_hand_written_hypernode_is_never_touched_even_when_its_name_collides(
-    apiserver: Any, kube: KubeClient, unique: str
+    apiserver: Any, kube: KubeClient, prefix: str
 ) -> None:
-    prefix = f"r2-{unique}"
     tree = small_tree(prefix)
     handmade = copy.deepcopy(tree[0])
     handmade["metadata"]["labels"] = {"team": "ml"}
@@ -168,9 +172,8 @@ def test_a_hand_written_hypernode_is_never_touched_even_when_its_name_collides(
 
 @pytest.mark.apiserver
 def test_a_create_that_races_a_hand_written_object_does_not_take_it_over(
-    apiserver: Any, kube: KubeClient, unique: str
+    apiserver: Any, kube: KubeClient, prefix: str
 ) -> None:
-    prefix = f"r3-{unique}"
     leaf = hypernode(f"{prefix}-leaf", tier=1, tier_name="leaf", members=[("Node", "a")], node_count=1)
     handmade = {k: copy.deepcopy(v) for k, v in leaf.items() if k != "status"}
     handmade["metadata"]["labels"] = {}
@@ -197,8 +200,7 @@ class ConflictOnFirstStatus(HyperNodeClient):
 
 
 @pytest.mark.apiserver
-def test_a_409_on_status_is_retried_with_the_fresh_object(apiserver: Any, kube: KubeClient, unique: str) -> None:
-    prefix = f"r4-{unique}"
+def test_a_409_on_status_is_retried_with_the_fresh_object(apiserver: Any, kube: KubeClient, prefix: str) -> None:
     leaf = hypernode(f"{prefix}-leaf", tier=1, tier_name="leaf", members=[("Node", "a")], node_count=1)
     store = ConflictOnFirstStatus(kube, apiserver)
     outcome = Applier(store).apply([leaf], {})
@@ -210,8 +212,7 @@ def test_a_409_on_status_is_retried_with_the_fresh_object(apiserver: Any, kube: 
 
 
 @pytest.mark.apiserver
-def test_spec_changes_go_by_server_side_apply_and_stale_ones_are_deleted(kube: KubeClient, unique: str) -> None:
-    prefix = f"r5-{unique}"
+def test_spec_changes_go_by_server_side_apply_and_stale_ones_are_deleted(kube: KubeClient, prefix: str) -> None:
     tree = small_tree(prefix)
     Applier(HyperNodeClient(kube)).apply(tree, {})
     grown = hypernode(f"{prefix}-leaf-0", tier=1, tier_name="leaf", node_count=3,
@@ -230,8 +231,7 @@ def test_spec_changes_go_by_server_side_apply_and_stale_ones_are_deleted(kube: K
 
 
 @pytest.mark.apiserver
-def test_an_applier_that_loses_the_lease_stops_before_its_next_write(kube: KubeClient, unique: str) -> None:
-    prefix = f"r6-{unique}"
+def test_an_applier_that_loses_the_lease_stops_before_its_next_write(kube: KubeClient, prefix: str) -> None:
     allowed = iter([True])
     applier = Applier(HyperNodeClient(kube), may_write=lambda: next(allowed, False))
     with pytest.raises(NotLeader):

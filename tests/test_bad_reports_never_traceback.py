@@ -106,12 +106,14 @@ def mutated_sets(draw: st.DrawFn, *, spec_only: bool = False) -> Case:
     return Case(objects, index, f"{operation} {path}.{key} -> {str(container.get(key) if isinstance(container, dict) else '')[:80]!r}")
 
 
-def _write(objects: list[dict[str, Any]], folder: Path) -> None:
+def _write(objects: list[dict[str, Any]], folder: Path) -> Path:
+    """`folder` (emptied first: hypothesis reuses one tmp_path) holding one report file per object."""
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.iterdir():
         old.unlink()
     for i, obj in enumerate(objects):
         (folder / f"{i:03d}.json").write_text(json.dumps(obj))  # JSON: as fast to write as to read
+    return folder
 
 
 def _render(folder: Path, *extra: str) -> tuple[int, str, str]:
@@ -137,8 +139,7 @@ def _mutated_name(index: int) -> str:
 
 
 def test_the_unmutated_reports_place_every_modelled_node(tmp_path: Path) -> None:
-    _write(BASE, tmp_path)
-    code, out, err = _render(tmp_path, "--strict")
+    code, out, err = _render(_write(BASE, tmp_path), "--strict")
     assert code == 0, err
     assert _members(yaml.safe_load(out)) == PLACED
 
@@ -155,9 +156,7 @@ SETTINGS = settings(
 @given(case=mutated_sets())
 def test_render_skips_a_mutated_report_and_renders_the_rest(tmp_path: Path, case: Any) -> None:
     objects, index, what = case
-    folder = tmp_path / "reports"
-    _write(objects, folder)
-    code, out, err = _render(folder)
+    code, out, err = _render(_write(objects, tmp_path / "reports"))
     assert code == 0, (what, err)
     assert "Traceback" not in err, what
     untouched = PLACED - {_mutated_name(index)}
@@ -169,8 +168,7 @@ def test_render_skips_a_mutated_report_and_renders_the_rest(tmp_path: Path, case
 @given(case=mutated_sets())
 def test_strict_render_refuses_an_unreadable_report_in_one_line(tmp_path: Path, case: Any) -> None:
     objects, _, what = case
-    folder = tmp_path / "reports"
-    _write(objects, folder)
+    folder = _write(objects, tmp_path / "reports")
     code, _out, err = _render(folder, "--strict")
     assert code in (0, 1), (what, err)
     assert "Traceback" not in err, what
@@ -211,8 +209,7 @@ def _hypernode_members(hypernode: Any) -> set[str]:
 def test_strict_render_names_the_file_and_the_field_path(tmp_path: Path, spec_patch: dict[str, Any], field: str) -> None:
     broken = copy.deepcopy(BASE[0])
     broken["spec"].update(spec_patch)
-    _write([broken, *BASE[1:]], tmp_path)
-    code, out, err = _render(tmp_path, "--strict")
+    code, out, err = _render(_write([broken, *BASE[1:]], tmp_path), "--strict")
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "000.json" in err and field in err, err
     code, out, err = _render(tmp_path)

@@ -24,11 +24,8 @@ class CarrierFlapProbe:
         self._flaps: FlapTracker | None = None
 
     def run(self, cycle: Cycle) -> ProbeResult[Any]:
-        grey = cycle.config.grey
         if self._flaps is None:
-            self._flaps = FlapTracker(
-                "net", window_s=grey.flap_window_s, limit=grey.flap_limit, hold_down_s=grey.flap_hold_down_s
-            )
+            self._flaps = FlapTracker.configured("net", cycle.config.grey)
         reported = {i.name for i in cycle.value("net")}
         watched = []
         for record in cycle.host.last_links:

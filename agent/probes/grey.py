@@ -220,6 +220,11 @@ class FlapTracker:
         self._flapping: set[str] = set()
         self._last_change: dict[str, float] = {}
 
+    @classmethod
+    def configured(cls, component: str, grey: GreyConfig) -> FlapTracker:
+        """A tracker with the agent's --flap-window, --flap-limit and --flap-hold-down."""
+        return cls(component, window_s=grey.flap_window_s, limit=grey.flap_limit, hold_down_s=grey.flap_hold_down_s)
+
     def observe(self, now: float, subject: str, transitions_total: int) -> Finding | None:
         window = self.windows.add(now, subject, "transitions", transitions_total)
         count, last = window.increments(), window.last_change()

@@ -29,9 +29,7 @@ class PortErrorProbe:
         grey = cycle.config.grey
         if self._windows is None or self._flaps is None:
             self._windows = Windows(grey.error_window_s)
-            self._flaps = FlapTracker(
-                "rdma", window_s=grey.flap_window_s, limit=grey.flap_limit, hold_down_s=grey.flap_hold_down_s
-            )
+            self._flaps = FlapTracker.configured("rdma", grey)
         subjects = []
         for device in cycle.value("rdma"):
             for port in device.ports:

@@ -31,7 +31,14 @@ from agent.collect import (
     describe,
     failed_components,
 )
-from agent.command_line import EXIT_INPUT, InputError, add_common_arguments, one_line, setup_logging
+from agent.command_line import (
+    EXIT_INPUT,
+    InputError,
+    add_common_arguments,
+    number_argument,
+    one_line,
+    setup_logging,
+)
 from agent.probes.grey import GreyConfig, RateLimit, parse_limit
 from agent.report import NodeReport, node_topology_object
 
@@ -66,14 +73,7 @@ def _nvml_mode(text: str) -> str:
     return mode
 
 
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
+_non_negative = number_argument(float, "number", 0.0, "must not be negative")
 
 
 def _positive(text: str) -> float:

@@ -17,14 +17,33 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE = 0, 1, 2
 PACKAGE = "hypertopo"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+Number = TypeVar("Number", int, float)
+
+
+def number_argument(parse: Callable[[str], Number], noun: str, minimum: Number, rule: str) -> Callable[[str], Number]:
+    """An argparse `type` for a number option: `parse` reads the text ("not a NOUN: TEXT" when it
+    cannot) and a value below `minimum` is refused with `rule`, both as one usage line."""
+
+    def convert(text: str) -> Number:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {noun}: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(rule)
+        return value
+
+    return convert
 
 
 class UsageError(Exception):

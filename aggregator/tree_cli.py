@@ -19,18 +19,10 @@ from typing import Any
 import yaml
 
 from agent import yaml_codec
-from agent.command_line import EXIT_INPUT, InputError, add_common_arguments, one_line
+from agent.command_line import EXIT_INPUT, InputError, add_common_arguments, number_argument, one_line
 from aggregator.tree import Tree, View, render_text
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return value
+_positive_int = number_argument(int, "whole number", 1, "must be 1 or more")
 
 
 def add_tree_command(sub: Any) -> None:

@@ -30,6 +30,7 @@ from agent.cluster_model import ClusterModel
 Obj = dict[str, Any]
 NDR_LANE = "100.0 Gbps"  # NDR: 100 Gb/s per lane, 4 lanes
 ENABLED_SPEEDS = ["25.0 Gbps", "50.0 Gbps", "100.0 Gbps"]
+SUPPORTED_SPEEDS = ["10.0 Gbps", "14.0 Gbps", "25.0 Gbps", "50.0 Gbps", "100.0 Gbps"]
 
 
 @dataclass
@@ -43,38 +44,54 @@ class _Port:
     peer: tuple[str, int] | None = None
     peer_name: str = ""
     peer_dname: str = ""
+    peer_description: str = ""
 
 
 def _port_object(port: _Port, *, state: str, lane: str, peers: bool) -> Obj:
     logical, physical = {"up": ("Active", "Link Up"), "down": ("Down", "Disabled"),
                          "polling": ("Down", "Polling")}.get(state, ("Active", "Link Up"))  # fmt: skip
     dname = str(port.number) if not port.switch else f"1/{(port.number + 1) // 2}/{2 - port.number % 2}"
-    obj: Obj = {
+    kind = "Switch" if port.switch else "Computer"
+    obj: Obj = {  # every field UFM's guide lists for a port, so a large answer is as large as UFM's
         "guid": port.guid,
         "number": port.number,
+        "external_number": port.number,
         "dname": dname,
         "name": f"{port.guid}_{port.number}",
+        "path": f"default / {kind}: {port.system_name} / NA / {dname}",
         "systemID": port.system_guid,
         "system_name": port.system_name,
+        "system_ip": "0.0.0.0",
+        "system_capabilities": ["burn_cables_transceivers"] if port.switch else [],
+        "system_mirroring_template": False,
         "node_description": port.node_description,
-        "description": "Switch IB Port" if port.switch else "Computer IB Port",
+        "description": f"{kind} IB Port",
         "logical_state": logical,
         "physical_state": physical,
         "active_speed": lane,
         "active_width": "4x",
         "enabled_speed": ENABLED_SPEEDS,
         "enabled_width": ["1x", "2x", "4x"],
+        "supported_speed": SUPPORTED_SPEEDS,
+        "supported_width": ["1x", "2x", "4x", "8x", "12x"],
         "severity": "Info" if state == "up" else "Critical",
+        "high_ber_severity": "N/A",
         "tier": 1,
         "lid": 10 + port.number,
+        "mtu": 4096,
+        "module": "N/A",
         "mirror": "disable",
-        "capabilities": ["enable", "disable", "reset"],
+        "capabilities": ["healthy_operations", "reset", "disable", "get_cables_info"],
+        "peer_port_dname": "N/A",
     }
     if peers and port.peer is not None and state == "up":  # UFM drops the peer of a port without a link
         obj["peer"] = f"{port.peer[0]}_{port.peer[1]}"
-        obj["peer_guid"] = port.peer[0]
+        obj["peer_guid"] = obj["peer_node_guid"] = port.peer[0]
         obj["peer_port_dname"] = port.peer_dname
         obj["peer_node_name"] = port.peer_name
+        obj["peer_node_description"] = port.peer_description
+        obj["peer_lid"] = 10 + port.peer[1]
+        obj["peer_ip"] = "0.0.0.0"
     return obj
 
 
@@ -170,6 +187,7 @@ def _cable(a: _Port, b: _Port) -> None:
     a.peer, b.peer = (b.guid, b.number), (a.guid, a.number)
     a.peer_name, b.peer_name = b.system_name, a.system_name
     a.peer_dname, b.peer_dname = str(b.number), str(a.number)
+    a.peer_description, b.peer_description = b.node_description, a.node_description
 
 
 def _states(

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import logging
 import ssl
 import threading
@@ -132,19 +131,21 @@ class UfmClient:
 
     def fetch(self) -> ufm.UfmFabric:
         credentials = read_credentials(self.config.credentials_dir)
-        listings: dict[str, Any] = {"ports": self._get("ports", credentials)}
+        bodies = {"ports": self._get("ports", credentials)}
         for name in OPTIONAL:
             if name in self._missing:
                 continue
             try:
-                listings[name] = self._get(name, credentials)
+                bodies[name] = self._get(name, credentials)
             except UfmFetchError as exc:
                 if exc.status != 404:
                     raise
                 self._missing.add(name)
                 log.info("UFM has no %s listing (404): reading cabling from the ports only", name)
         try:
-            return ufm.from_listings(listings)
+            return ufm.from_bodies(bodies)  # decoded and parsed in the pure module
+        except ufm.UfmDecodeError as exc:
+            raise UfmFetchError("malformed", f"GET {self.url_of(exc.listing, credentials)}: {exc.reason}") from exc
         except ufm.UfmError as exc:
             raise UfmFetchError("malformed", f"UFM answered JSON that is not its documented shape: {exc}") from exc
 
@@ -152,7 +153,7 @@ class UfmClient:
         prefix = "/ufmRestV3" if credentials.token else "/ufmRest"
         return f"{self.config.base}{prefix}{PATHS[name]}"
 
-    def _get(self, name: str, credentials: Credentials) -> Any:
+    def _get(self, name: str, credentials: Credentials) -> bytes:
         url = self.url_of(name, credentials)
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
         header = credentials.header()
@@ -176,11 +177,7 @@ class UfmClient:
             raise UfmFetchError("unreachable", f"GET {url}: {exc}") from exc
         if len(body) > MAX_BODY:
             raise UfmFetchError("malformed", f"GET {url}: response larger than {MAX_BODY >> 20} MiB")
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            start = body[:60].decode("utf-8", "replace")
-            raise UfmFetchError("malformed", f"GET {url}: not JSON ({exc}); it starts {start!r}") from exc
+        return body
 
     @staticmethod
     def _http_error(url: str, exc: urllib.error.HTTPError) -> UfmFetchError:

@@ -41,14 +41,17 @@ without a link: the fault must stay on the node the cable served, and the node i
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aggregator.graph import FabricFault, FabricGraph, normalise_guid
 from aggregator.sources.ibnetdiscover import HostNames
@@ -70,9 +73,12 @@ class UfmError(ValueError):
     """A UFM response that is not the documented shape (which listing, which item, why)."""
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs a third of a large parse
-class UfmPort:
-    """One port as UFM lists it (treat as read-only)."""
+Key = tuple[str, int]  # a port: (port GUID, port number)
+
+
+class UfmPort(NamedTuple):
+    """One port as UFM lists it. A named tuple, not a class of its own: a large fabric's poll builds
+    100,000 of them, and the poller compares two polls' ports to see whether anything changed."""
 
     guid: str  # port GUID, normalised
     number: int
@@ -85,12 +91,12 @@ class UfmPort:
     physical_state: str = ""
     gbps: float | None = None  # active rate: per-lane speed x width
     capacity_gbps: float | None = None  # highest enabled speed x width, if UFM lists them
-    peer: tuple[str, int] | None = None  # (peer port GUID, peer port number)
+    peer: Key | None = None  # (peer port GUID, peer port number)
     peer_node_name: str = ""  # the far end's system name (what Volcano reads)
     up: bool = True  # Active and Link Up (a port listed without any state counts as up: older data)
 
     @property
-    def key(self) -> tuple[str, int]:
+    def key(self) -> Key:
         return (self.guid, self.number)
 
     def label(self) -> str:
@@ -107,10 +113,10 @@ class UfmSystem:
 
 @dataclass
 class UfmFabric:
-    ports: dict[tuple[str, int], UfmPort] = field(default_factory=dict)
+    ports: dict[Key, UfmPort] = field(default_factory=dict)
     systems: dict[str, UfmSystem] = field(default_factory=dict)  # system GUID -> system
-    links: set[frozenset[tuple[str, int]]] = field(default_factory=set)  # cables between port keys
-    unhealthy: dict[tuple[str, int], str] = field(default_factory=dict)  # port key -> UFM's condition
+    links: set[tuple[Key, Key]] = field(default_factory=set)  # cables: (lower port key, higher port key)
+    unhealthy: dict[Key, str] = field(default_factory=dict)  # port key -> UFM's condition
     warnings: list[str] = field(default_factory=list)
 
     def switch_count(self) -> int:
@@ -120,6 +126,11 @@ class UfmFabric:
         return sum(1 for s in self.systems.values() if s.kind == HOST)
 
 
+def cable(a: Key, b: Key) -> tuple[Key, Key]:
+    """A cable between two ports, the same whichever end is named first."""
+    return (a, b) if a < b else (b, a)
+
+
 # --- parsing ---------------------------------------------------------------------------------------
 
 
@@ -127,6 +138,8 @@ def _items(data: Any, listing: str) -> list[Mapping[str, Any]]:
     """The objects of a listing: a JSON array, as documented (an object is an error page)."""
     if not isinstance(data, list):
         raise UfmError(f"{listing}: expected a JSON array of objects, got {type(data).__name__}")
+    if set(map(type, data)) <= {dict}:  # what json.loads gives: checked at C speed
+        return data
     for index, item in enumerate(data):
         if not isinstance(item, Mapping):
             raise UfmError(f"{listing}[{index}]: expected an object, got {type(item).__name__}: {str(item)[:80]!r}")
@@ -191,10 +204,8 @@ def _best_rate(speeds: tuple[Any, ...], widths: tuple[Any, ...]) -> float | None
     return best_speed * best_width if best_speed is not None and best_width is not None else None
 
 
-def _capacity(item: Mapping[str, Any]) -> float | None:
-    speeds = item.get("enabled_speed")
-    widths = item.get("enabled_width")
-    if not isinstance(speeds, list) or not isinstance(widths, list):
+def _capacity(speeds: Any, widths: Any) -> float | None:
+    if type(speeds) is not list or type(widths) is not list:
         return None
     try:
         return _best_rate(tuple(speeds), tuple(widths))  # a few distinct lists: cached
@@ -222,7 +233,7 @@ def _is_up(logical: str, physical: str) -> bool:
     return logical.lower() in ("", "active") and physical.lower().replace(" ", "") in ("", "linkup")
 
 
-def _port_name(text: str) -> tuple[str, int] | None:
+def _port_name(text: str) -> Key | None:
     """"<guid>_<number>" (UFM's port names) -> (normalised GUID, number)."""
     guid, sep, number = text.rpartition("_")
     if not sep or not number.isdigit():
@@ -231,7 +242,14 @@ def _port_name(text: str) -> tuple[str, int] | None:
     return (normal, int(number)) if normal is not None else None
 
 
-def _peer(item: Mapping[str, Any]) -> tuple[str, int] | None:
+def _peer(item: Mapping[str, Any]) -> Key | None:
+    """The far end: `peer` "<guid>_<number>" in UFM's own spelling the short way, else any of the
+    spellings UFM versions use."""
+    peer = item.get("peer")
+    if type(peer) is str and len(peer) > 17 and peer[16] == "_" and _HEX16.match(peer) and peer[17:].isdigit():
+        guid = item.get("peer_guid")
+        if guid is None or guid == peer[:16]:
+            return (peer[:16], int(peer[17:]))
     guid = _guid(_text(item, "peer_guid"))
     port = _int(_text(item, "peer_port_number", "peer_port"))
     if guid is not None and port is not None:
@@ -243,45 +261,66 @@ def _str(value: Any) -> str:
     return value if type(value) is str else "" if value is None else str(value)
 
 
-def _port(item: Mapping[str, Any], kinds: Mapping[str, str]) -> UfmPort | None:
-    """One port object (the hot loop of a large fabric: UFM's usual spellings take the short way)."""
-    get = item.get
-    guid = get("guid")
+def _identity(item: Mapping[str, Any]) -> Key | None:
+    """(port GUID, number) in any spelling UFM versions use; None without a usable GUID."""
+    guid = item.get("guid")
     if type(guid) is not str or not _HEX16.fullmatch(guid):
         guid = _guid(_text(item, "guid", "port_guid"))
-    number = get("number")
+    number = item.get("number")
     if type(number) is not int:
-        number = _int(number if number is not None else get("physical_port_number", ""))
-    if guid is None or number is None:
-        named = _port_name(_text(item, "name", "port_name"))
-        if named is None:
-            return None
-        guid, number = guid or named[0], number if number is not None else named[1]
-    system = get("systemID") or get("system_guid") or get("system_id")
-    system_guid = system if type(system) is str and _HEX16.fullmatch(system) else _guid(_str(system)) or guid
-    kind = kinds.get(system_guid) or _kind_from_description(_str(get("description")))
-    logical, physical = _str(get("logical_state")), _str(get("physical_state"))
-    peer_guid, peer = get("peer_guid"), get("peer")
-    if type(peer) is str and type(peer_guid) is str and peer.startswith(peer_guid):
-        peer_key = _port_name(peer)  # "<guid>_<number>", the usual spelling
-    else:
-        peer_key = _peer(item)
-    return UfmPort(
-        guid,
-        number,
-        system_guid,
-        _str(get("system_name")),
-        kind,
-        _str(get("node_description")),
-        _str(get("dname")),
-        logical,
-        physical,
-        _rate(_str(get("active_speed")), _str(get("active_width"))),
-        _capacity(item) if "enabled_speed" in item else None,
-        peer_key,
-        _str(get("peer_node_name")),
-        _is_up(logical, physical),
-    )
+        number = _int(number if number is not None else item.get("physical_port_number", ""))
+    if guid is not None and number is not None:
+        return (guid, number)
+    named = _port_name(_text(item, "name", "port_name"))
+    if named is None:
+        return None
+    return (guid or named[0], number if number is not None else named[1])
+
+
+class _PortReader:
+    """Turns port objects into UfmPorts, remembering what repeats across ports (system GUIDs)."""
+
+    def __init__(self, kinds: Mapping[str, str]) -> None:
+        self.kinds = kinds
+        self.systems: dict[str, str] = {}  # systemID as listed -> normalised system GUID
+
+    def system_guid(self, item: Mapping[str, Any], port_guid: str) -> str:
+        listed = item.get("systemID") or item.get("system_guid") or item.get("system_id")
+        if listed == port_guid:
+            return port_guid
+        if type(listed) is str:
+            known = self.systems.get(listed)
+            if known is None:
+                known = self.systems[listed] = _guid(listed) or ""
+            return known or port_guid
+        return _guid(_str(listed)) or port_guid
+
+    def __call__(self, item: Mapping[str, Any]) -> UfmPort | None:
+        get = item.get
+        guid, number = get("guid"), get("number")
+        if type(number) is not int or type(guid) is not str or not _HEX16.fullmatch(guid):
+            found = _identity(item)
+            if found is None:
+                return None
+            guid, number = found
+        system_guid = self.system_guid(item, guid)
+        logical, physical = _str(get("logical_state")), _str(get("physical_state"))
+        return UfmPort(
+            guid,
+            number,
+            system_guid,
+            _str(get("system_name")),
+            self.kinds.get(system_guid) or _kind_from_description(_str(get("description"))),
+            _str(get("node_description")),
+            _str(get("dname")),
+            logical,
+            physical,
+            _rate(_str(get("active_speed")), _str(get("active_width"))),
+            _capacity(get("enabled_speed"), get("enabled_width")),
+            _peer(item),
+            _str(get("peer_node_name")),
+            _is_up(logical, physical),
+        )
 
 
 def parse(ports: Any, *, links: Any = None, systems: Any = None, unhealthy: Any = None) -> UfmFabric:
@@ -289,11 +328,9 @@ def parse(ports: Any, *, links: Any = None, systems: Any = None, unhealthy: Any 
     fabric = UfmFabric()
     kinds = _add_systems(fabric, systems) if systems is not None else {}
     _add_ports(fabric, ports, kinds)
-    for port in fabric.ports.values():
-        if port.peer is not None and port.peer in fabric.ports:
-            fabric.links.add(frozenset((port.key, port.peer)))
-    for index, item in enumerate(_items(links, "links") if links is not None else ()):
-        _add_link(fabric, index, item)
+    _add_peer_cables(fabric)
+    if links is not None:
+        _add_links(fabric, links)
     for item in _items(unhealthy, "unhealthy_ports") if unhealthy is not None else ():
         _add_unhealthy(fabric, item)
     return fabric
@@ -314,18 +351,61 @@ def _add_systems(fabric: UfmFabric, systems: Any) -> dict[str, str]:
 
 
 def _add_ports(fabric: UfmFabric, ports: Any, kinds: Mapping[str, str]) -> None:
-    skipped = 0
     found, systems = fabric.ports, fabric.systems
-    for item in _items(ports, "ports"):
-        port = _port(item, kinds)
-        if port is None:
-            skipped += 1
-            continue
-        found[(port.guid, port.number)] = port
+    read = _PortReader(kinds)
+    parsed = list(map(read, _items(ports, "ports")))
+    for port in parsed:
+        if port is not None:
+            found[(port.guid, port.number)] = port
+    for port in found.values():  # systems the systems listing did not give (or no systems listing)
         if port.system_guid not in systems:
             systems[port.system_guid] = UfmSystem(port.system_guid, port.system_name, port.kind)
+    skipped = parsed.count(None)
     if skipped:
         fabric.warnings.append(f"ports: {skipped} port(s) without a GUID or number skipped")
+
+
+def _add_peer_cables(fabric: UfmFabric) -> None:
+    """The cables the ports' own peer fields give (each found from both ends: kept once)."""
+    ports, links = fabric.ports, fabric.links
+    for key, port in ports.items():
+        peer = port.peer
+        if peer is None:
+            continue
+        other = ports.get(peer)
+        if other is not None and (key < peer or other.peer != key):
+            links.add((key, peer) if key < peer else (peer, key))
+
+
+def _add_links(fabric: UfmFabric, links: Any) -> None:
+    """The links listing: the subnet manager's cabling, for ports whose objects name no peer."""
+    ports, cables = fabric.ports, fabric.links
+    for index, item in enumerate(_items(links, "links")):
+        ends = []
+        for side in ("source", "destination"):
+            end = _link_end(item, side)
+            if end not in ports:
+                guid, port = end if end is not None else (item.get(f"{side}_guid"), item.get(f"{side}_port"))
+                fabric.warnings.append(f"links[{index}]: {side} port {guid}_{port} is not in the port listing")
+                break
+            ends.append(end)
+        else:
+            cables.add(cable(*ends))
+
+
+def _link_end(item: Mapping[str, Any], side: str) -> Key | None:
+    """One end of a link object: `<side>_guid` and `<side>_port` (a number or its text), else
+    `<side>_port_name` ("<guid>_<number>")."""
+    guid, port = item.get(f"{side}_guid"), item.get(f"{side}_port")
+    if type(guid) is str and _HEX16.fullmatch(guid):
+        if type(port) is int:
+            return (guid, port)
+        if type(port) is str and port.isdigit():
+            return (guid, int(port))
+    normal, number = _guid(_str(guid)), _int(_str(port))
+    if normal is not None and number is not None:
+        return (normal, number)
+    return _port_name(_text(item, f"{side}_port_name"))
 
 
 def _add_unhealthy(fabric: UfmFabric, item: Mapping[str, Any]) -> None:
@@ -340,18 +420,58 @@ def _add_unhealthy(fabric: UfmFabric, item: Mapping[str, Any]) -> None:
     fabric.unhealthy[(guid, number)] = text or "unhealthy"
 
 
-def _add_link(fabric: UfmFabric, index: int, item: Mapping[str, Any]) -> None:
-    ends = []
-    for side in ("source", "destination"):
-        guid, port = _guid(_text(item, f"{side}_guid")), _int(_text(item, f"{side}_port"))
-        if guid is None or port is None:
-            named = _port_name(_text(item, f"{side}_port_name"))
-            guid, port = named if named is not None else (guid, port)
-        if guid is None or port is None or (guid, port) not in fabric.ports:
-            fabric.warnings.append(f"links[{index}]: {side} port {guid}_{port} is not in the port listing")
-            return
-        ends.append((guid, port))
-    fabric.links.add(frozenset(ends))
+# --- from the bytes UFM sends ---------------------------------------------------------------------------
+
+
+class UfmDecodeError(UfmError):
+    """A listing's body that is not JSON at all (an HTML error page, a truncated answer)."""
+
+    def __init__(self, listing: str, message: str) -> None:
+        super().__init__(f"{listing}: {message}")
+        self.listing = listing
+        self.reason = message
+
+
+def _decoded(listing: str, body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        start = body[:60].decode("utf-8", "replace")
+        raise UfmDecodeError(listing, f"not JSON ({exc}); it starts {start!r}") from exc
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Decoded listings are trees of dicts, lists and strings, and a parsed fabric is tuples: no
+    reference cycles for Python's cyclic garbage collector to find. Yet allocating millions of them
+    sets off its full collections, each walking the whole process heap again (for a 10,000-host
+    fabric with four HCAs each, that doubled the decoding time). It is paused while the listings are
+    decoded and parsed; whatever survives is collected as usual afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def from_bodies(bodies: Mapping[str, bytes]) -> UfmFabric:
+    """The listings as UFM sent them ({"ports": b"[...]", "links": ..., ...}), decoded and parsed:
+    what the adapter does with each poll's answers. The links listing repeats the cables the port
+    objects' peer fields give (UFM lists a link between two active ports, and both name their peer),
+    so it is decoded only when some active port names no peer (an older UFM, or a trimmed port
+    listing); otherwise its body is not read at all, garbage or not. Raises UfmDecodeError for a
+    body that is not JSON, UfmError for JSON that is not the documented shape."""
+    if "ports" not in bodies:
+        raise UfmError("ports: the port listing is required")
+    with _collector_paused():
+        decoded = {name: _decoded(name, body) for name, body in bodies.items() if name != "links"}
+        fabric = parse(decoded.pop("ports"), systems=decoded.get("systems"), unhealthy=decoded.get("unhealthy_ports"))
+        del decoded  # freed here, inside the clock of whoever times this
+        if "links" in bodies and any(p.up and p.peer is None for p in fabric.ports.values()):
+            _add_links(fabric, _decoded("links", bodies["links"]))
+    return fabric
 
 
 def remember(previous: UfmFabric | None, current: UfmFabric) -> UfmFabric:
@@ -359,10 +479,10 @@ def remember(previous: UfmFabric | None, current: UfmFabric) -> UfmFabric:
     (UFM drops the peer of a port that lost its link): the fault stays on the node it served."""
     if previous is None:
         return current
-    linked = {key for link in current.links for key in link}
+    linked = set(chain.from_iterable(current.links))
     kept = {
         link
-        for link in previous.links
+        for link in previous.links - current.links
         if all(key in current.ports and key not in linked for key in link)
         and not all(current.ports[key].up for key in link)
     }
@@ -384,13 +504,15 @@ def switch_names(fabric: UfmFabric) -> dict[str, str]:
 
 @dataclass
 class _Join:
-    """Who an HCA port belongs to: a reported GUID's node, else the system name's node."""
+    """Who an HCA port belongs to: a reported GUID's node, else the system name's node. Collects
+    the attachments, handed to the graph at once (`commit`)."""
 
-    graph: FabricGraph
     hosts: HostNames
-    by_guid: dict[str, str]
-    by_key: dict[str, str]
+    by_guid: dict[str, str]  # reported GUID -> node
+    by_key: dict[str, str]  # node name as compared (HostNames.key) -> node
     by_name: set[str] = field(default_factory=set)  # system names placed by name (fallback)
+    guids: dict[str, set[str]] = field(default_factory=dict)  # HCA port/system GUID -> switches
+    names: dict[str, set[str]] = field(default_factory=dict)  # host name -> switches
 
     @classmethod
     def of(cls, graph: FabricGraph, hosts: HostNames) -> _Join:
@@ -398,7 +520,7 @@ class _Join:
         found: dict[str, list[str]] = {}
         for node in sorted(graph.nodes):
             found.setdefault(hosts.key(node), []).append(node)
-        return cls(graph, hosts, by_guid, {k: v[0] for k, v in found.items() if len(v) == 1})
+        return cls(hosts, by_guid, {k: v[0] for k, v in found.items() if len(v) == 1})
 
     def reported(self, port: UfmPort) -> str | None:
         return self.by_guid.get(port.guid) or self.by_guid.get(port.system_guid)
@@ -413,14 +535,25 @@ class _Join:
         return self.reported(port) or self.host(port)
 
     def attach(self, port: UfmPort, switch: str) -> None:
-        self.graph.attach_guid(port.guid, switch)
+        guids = self.guids
+        guids.setdefault(port.guid, set()).add(switch)
         if port.system_guid != port.guid:
-            self.graph.attach_guid(port.system_guid, switch)
+            guids.setdefault(port.system_guid, set()).add(switch)
         if self.reported(port) is None:
             host = self.host(port)
             if host:
-                self.graph.attach_host(host, switch)
+                self.names.setdefault(host, set()).add(switch)
                 self.by_name.add(host)
+
+    def commit(self, graph: FabricGraph) -> None:
+        """The attachments into the graph, in bulk (GUIDs are normalised already)."""
+        for found, into in ((self.guids, graph.attached_by_guid), (self.names, graph.attached_by_host)):
+            for key, switches in found.items():
+                have = into.get(key)
+                if have is None:
+                    into[key] = switches
+                else:
+                    have |= switches
 
 
 def apply(graph: FabricGraph, fabric: UfmFabric, hosts: HostNames | None = None) -> list[str]:
@@ -428,58 +561,62 @@ def apply(graph: FabricGraph, fabric: UfmFabric, hosts: HostNames | None = None)
     ports no report carries), and the faults UFM sees on nodes' cables. Returns warnings."""
     join = _Join.of(graph, hosts or HostNames())
     names = switch_names(fabric)
-    by_name = {name: name for name in names.values()}
-    for link in fabric.links:
-        ka, kb = link
-        a, b = fabric.ports[ka], fabric.ports[kb]
+    ports, host_cables = fabric.ports, []
+    for ka, kb in fabric.links:  # one pass: switch cabling, and each HCA with the switch port it meets
+        a, b = ports[ka], ports[kb]
         sa, sb = names.get(a.system_guid), names.get(b.system_guid)
         if sa and sb:
             graph.add_switch_link(sa, sb)
         elif sa and b.kind == HOST:
             join.attach(b, sa)
+            host_cables.append((b, a))
         elif sb and a.kind == HOST:
             join.attach(a, sb)
-    cabled = {key for link in fabric.links for key in link}
-    for port in fabric.ports.values():  # Volcano's minimal data: a host port naming its switch only
-        if port.kind == HOST and port.key not in cabled and port.peer_node_name in by_name and port.up:
+            host_cables.append((a, b))
+    by_name = {name: name for name in names.values()}
+    cabled = set(chain.from_iterable(fabric.links))
+    for port in ports.values():  # Volcano's minimal data: a host port naming its switch only
+        if port.kind == HOST and port.peer_node_name in by_name and port.up and port.key not in cabled:
             join.attach(port, by_name[port.peer_node_name])
+    join.commit(graph)
     graph.switches.update(names.values())
-    for node, faults in port_faults(fabric, join).items():
+    for node, faults in port_faults(fabric, host_cables, join).items():
         graph.add_fabric_faults(node, faults)
     return _unmatched(graph, fabric, join) if graph.nodes else []
 
 
-def _expected_rate(fabric: UfmFabric) -> float | None:
+def _expected_rate(fabric: UfmFabric, host_cables: list[tuple[UfmPort, UfmPort]]) -> float | None:
     """The fabric's usual rate on host cables (the most common active rate), for ports whose
     enabled rates UFM does not list."""
-    rates: Counter[float] = Counter()
-    for link in fabric.links:
-        ports = [fabric.ports[key] for key in link]
-        if any(p.kind == HOST for p in ports):
-            rates.update(p.gbps for p in ports if p.up and p.gbps is not None)
+    rates = Counter(p.gbps for p in chain.from_iterable(host_cables) if p.up and p.gbps is not None)
     return rates.most_common(1)[0][0] if rates else None
 
 
-def port_faults(fabric: UfmFabric, join: _Join) -> dict[str, list[FabricFault]]:
-    """Node -> faults on its cables: a down end is a failure, a slow one a grey failure."""
-    usual = functools.cache(lambda: _expected_rate(fabric))  # only for cables without enabled rates
+def port_faults(fabric: UfmFabric, host_cables: list[tuple[UfmPort, UfmPort]], join: _Join) -> dict[str, list[FabricFault]]:
+    """Node -> faults on its cables (each an (HCA port, switch port) pair): a down end is a failure,
+    a slow one a grey failure."""
+    usual = functools.cache(lambda: _expected_rate(fabric, host_cables))  # only for cables without enabled rates
+    marks = fabric.unhealthy
     out: dict[str, list[FabricFault]] = {}
-    for ka, kb in fabric.links:
-        a, b = fabric.ports[ka], fabric.ports[kb]
-        if a.kind == HOST and b.kind == SWITCH:
-            hca = a
-        elif b.kind == HOST and a.kind == SWITCH:
-            hca = b
-        else:
-            continue  # switch-to-switch cables are the domain's capacity, not a node's fault
-        fault = _link_fault((hca, b if hca is a else a), usual, fabric.unhealthy)
+    for hca, switch in host_cables:
+        if _plainly_healthy(hca, switch) and (not marks or (hca.key not in marks and switch.key not in marks)):
+            continue
+        fault = _link_fault((hca, switch), usual, marks)
         node = join.node(hca) if fault is not None else None
         if node is not None and fault is not None:
             out.setdefault(node, []).append(fault)
     return {node: sorted(faults, key=lambda f: f.text) for node, faults in out.items()}
 
 
-def _marked(ports: tuple[UfmPort, UfmPort], marks: Mapping[tuple[str, int], str]) -> FabricFault | None:
+def _plainly_healthy(hca: UfmPort, switch: UfmPort) -> bool:
+    """Both ends up at the rate both are enabled for: the usual cable, decided without more ado."""
+    a, b, enabled_a, enabled_b = hca.gbps, switch.gbps, hca.capacity_gbps, switch.capacity_gbps
+    if not (hca.up and switch.up) or a is None or b is None or enabled_a is None or enabled_b is None:
+        return False
+    return min(a, b) >= min(enabled_a, enabled_b)
+
+
+def _marked(ports: tuple[UfmPort, UfmPort], marks: Mapping[Key, str]) -> FabricFault | None:
     """A cable with an end UFM marks unhealthy (high BER, flapping, set by hand): a grey failure."""
     found = [(p, marks[p.key]) for p in sorted(ports, key=_by_key) if p.key in marks]
     if not found:
@@ -489,7 +626,7 @@ def _marked(ports: tuple[UfmPort, UfmPort], marks: Mapping[tuple[str, int], str]
 
 
 def _link_fault(
-    ports: tuple[UfmPort, UfmPort], usual: Callable[[], float | None], marks: Mapping[tuple[str, int], str]
+    ports: tuple[UfmPort, UfmPort], usual: Callable[[], float | None], marks: Mapping[Key, str]
 ) -> FabricFault | None:
     """The fault on a host cable (HCA end first), if any."""
     hca, switch = ports
@@ -512,7 +649,7 @@ def _link_fault(
     )
 
 
-def _by_key(port: UfmPort) -> tuple[str, int]:
+def _by_key(port: UfmPort) -> Key:
     return port.key
 
 

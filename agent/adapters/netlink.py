@@ -24,6 +24,7 @@ from typing import Any
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl import RTMGRP_LINK
 
+from agent.background import BackgroundThread
 from agent.probes.net import LinkRecord
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def _record(msg: Any, names: dict[int, str]) -> LinkRecord:
     )
 
 
-class LinkWatcher:
+class LinkWatcher(BackgroundThread):
     """A daemon thread that calls `on_change()` after each batch of RTM_NEWLINK/RTM_DELLINK.
 
     `start()` returns once the netlink socket is subscribed, so no change after it is missed;
@@ -88,28 +89,28 @@ class LinkWatcher:
     the watcher carries on; a socket overflow (ENOBUFS: events were dropped) counts as a change;
     a broken socket is reopened."""
 
+    thread_name = "hypertopo-link-watcher"
+
     def __init__(
         self, on_change: Callable[[], None], *, netns: str | None = None, retry_s: float = 1.0
     ) -> None:
+        super().__init__()
         self._on_change = on_change
         self._netns = netns
         self._retry_s = retry_s
-        self._stop = threading.Event()
         self._ready = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
-        self._thread: threading.Thread | None = None
         self.error: str | None = None  # the last socket error, for logs and health
         self.events = 0  # change batches delivered (for metrics and tests)
 
     def start(self, timeout: float = 5.0) -> None:
         if self._thread is not None:
             raise RuntimeError("LinkWatcher already started")
-        self._thread = threading.Thread(target=self._run, name="hypertopo-link-watcher", daemon=True)
-        self._thread.start()
+        thread = self._start_thread()
         if not self._ready.wait(timeout):
             self.stop()
             raise NetlinkUnavailable(f"link watcher not subscribed after {timeout}s: {self.error}")
-        if self.error and not self._thread.is_alive():
+        if self.error and not thread.is_alive():
             raise NetlinkUnavailable(self.error)
 
     def stop(self, timeout: float = 2.0) -> None:
@@ -119,19 +120,11 @@ class LinkWatcher:
         self._stop.set()
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._join(timeout)
         if self._thread is None or not self._thread.is_alive():
             for fd in (self._wake_r, self._wake_w):
                 with contextlib.suppress(OSError):
                     os.close(fd)
-
-    def __enter__(self) -> LinkWatcher:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():

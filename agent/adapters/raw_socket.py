@@ -21,10 +21,10 @@ import logging
 import selectors
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterable
 
+from agent.background import BackgroundThread
 from agent.lldp.frame import ETHERTYPE_LLDP, LLDP_MULTICASTS
 from agent.probes.lldp import NeighbourTable
 from agent.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
@@ -63,8 +63,10 @@ def open_error(exc: OSError) -> str:
     return text
 
 
-class LldpListener:
+class LldpListener(BackgroundThread):
     """Background thread: raw LLDP frames on `interfaces` -> `table`; `on_change()` on news."""
+
+    thread_name = "lldp-listener"
 
     def __init__(
         self,
@@ -77,6 +79,7 @@ class LldpListener:
         retry_s: float = 5.0,
         opener: Callable[[str], socket.socket] = open_lldp_socket,
     ) -> None:
+        super().__init__()
         self.table = table
         self._on_change = on_change
         self._clock = clock
@@ -87,8 +90,6 @@ class LldpListener:
         self._sockets: dict[str, socket.socket] = {}
         self._selector = selectors.DefaultSelector()
         self._next_retry: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._seen_generation = table.generation
         self.errors: dict[str, str] = {}  # interface -> why it is not being listened on
         self._seen_errors: dict[str, str] = {}
@@ -121,23 +122,13 @@ class LldpListener:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="lldp-listener", daemon=True)
-        self._thread.start()
+        self._start_thread()
 
     def stop(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout)
+        self._join(timeout)
         for interface in list(self._sockets):
             self._close(interface)
         self._selector.close()
-
-    def __enter__(self) -> LldpListener:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():

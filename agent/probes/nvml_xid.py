@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from agent.background import BackgroundThread
 from agent.probes.nvml_backend import NvmlBackend, NvmlError
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,10 @@ DEFAULT_WINDOW_S = 3600.0
 _HISTORY = 4096
 
 
-class XidWatcher:
+class XidWatcher(BackgroundThread):
     """Background thread: registers for critical XID events and waits for them, until stopped."""
+
+    thread_name = "xid-watcher"
 
     def __init__(
         self,
@@ -57,14 +60,13 @@ class XidWatcher:
         backoff_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__()
         self._backend = backend
         self._on_event = on_event
         self._poll_ms = poll_ms
         self._backoff_s = backoff_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._counts: dict[int, collections.Counter[int]] = {}
         self._history: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=_HISTORY)
         self.error: str | None = None  # why the watcher could not start, or the last wait error
@@ -80,14 +82,11 @@ class XidWatcher:
         if registered == 0:
             self.error = "no GPU supports XID events"
             return False
-        self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
-        self._thread.start()
+        self._start_thread()
         return True
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._join(timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -34,8 +34,10 @@ from urllib.parse import quote, urlencode
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import should_bypass_proxies
 from kubernetes.config.config_exception import ConfigException
 
+from agent.adapters import kube_http
 from agent.api_error import ApiError
 from agent.report import API_GROUP, API_VERSION, PLURAL
 
@@ -47,6 +49,8 @@ MERGE_PATCH = "application/merge-patch+json"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 Obj = dict[str, Any]
+_BINDING = ('{"apiVersion":"v1","kind":"Binding","metadata":{"name":%s,"namespace":%s,"uid":%s},'
+            '"target":{"apiVersion":"v1","kind":"Node","name":%s}}')
 WriteHook = Callable[[str, str], None]
 Timeout = float | tuple[float, float]
 AUTH_REUSE_SECONDS = 10.0  # how long one bearer-token setting is reused (KubeClient._auth_setting)
@@ -153,17 +157,37 @@ def _status_error(status: int, reason: str, data: bytes | str | None) -> ApiErro
 
 
 # -- the client ---------------------------------------------------------------------------------
+def lean_pool(configuration: client.Configuration) -> kube_http.Pool | None:
+    """The lean transport for this configuration, or None where a proxy sits between us and the
+    API server (then the generated client's transport, which speaks to proxies, carries it)."""
+    if configuration.proxy and not should_bypass_proxies(configuration.host, configuration.no_proxy or ""):
+        return None
+    tls = None
+    if configuration.host.startswith("https:"):
+        tls = kube_http.tls_context(verify=bool(configuration.verify_ssl), ca_file=configuration.ssl_ca_cert,
+                                    ca_data=configuration.ca_cert_data, cert_file=configuration.cert_file,
+                                    key_file=configuration.key_file,
+                                    check_hostname=configuration.assert_hostname is not False)
+    server = kube_http.Server.from_url(configuration.host, tls, server_hostname=configuration.tls_server_name)
+    return kube_http.Pool(server, size=configuration.connection_pool_maxsize or 10)
+
+
 class KubeClient:
-    """Plain-dict REST calls over the generated client's configured transport (auth, TLS); safe
-    to share between threads (urllib3's pool)."""
+    """Plain-dict REST calls, safe to share between threads. The configuration (server, TLS,
+    token refresh) is the generated client's; the requests go over `kube_http`'s kept-alive
+    connections, or through the generated client's transport where a proxy is configured."""
 
     def __init__(self, api: client.ApiClient, *, on_write: WriteHook | None = None, timeout: Timeout = 10.0,
-                 auth_reuse: float = AUTH_REUSE_SECONDS):
+                 auth_reuse: float = AUTH_REUSE_SECONDS, lean: bool = True):
         self.api = api
         self.on_write = on_write or (lambda verb, resource: None)
         self.timeout = timeout
         self.auth_reuse = auth_reuse
         self._auth: tuple[float, dict[str, Any] | None] = (float("-inf"), None)  # (reuse until, setting)
+        self.http = lean_pool(api.configuration) if lean else None
+        self._heads: dict[tuple[str, str], bytes] = {}  # (content type, authorization) -> header lines
+        agent = getattr(api, "user_agent", None) or "hypertopo"
+        self._agent = f"User-Agent: {agent}\r\n"
 
     def _auth_setting(self) -> dict[str, Any] | None:
         """The bearer-token setting, asked of the configuration at most every `auth_reuse` seconds.
@@ -180,40 +204,70 @@ class KubeClient:
             self._auth = (now + self.auth_reuse, setting)
         return setting
 
+    def warm(self, connections: int) -> int:
+        """Opens up to `connections` kept-alive connections now (in parallel), so a burst of
+        requests right after start-up does not pay for TLS handshakes; returns how many opened."""
+        return self.http.warm(connections) if self.http is not None else 0
+
     # -- transport ---------------------------------------------------------------------------------
+    def _head(self, content_type: str) -> bytes:
+        """The request's header lines (cached: they change only when the token does)."""
+        setting = self._auth_setting()
+        authorization = str(setting.get("value") or "") if setting else ""
+        head = self._heads.get((content_type, authorization))
+        if head is None:
+            lines = f"Accept: {JSON}\r\nContent-Type: {content_type}\r\n{self._agent}"
+            if authorization:
+                lines += f"Authorization: {authorization}\r\n"
+            head = self._heads[(content_type, authorization)] = lines.encode("latin-1")
+        return head
+
+    def _refused(self, status: int, reason: str, data: bytes | None) -> ApiError:
+        if status == 401:  # a token revoked or rotated early: ask the configuration again next time
+            self._auth = (float("-inf"), None)
+        return _status_error(status, reason, data)
+
+    def _lean(self, http: kube_http.Pool, method: str, target: str, body: Any, content_type: str,
+              timeout: Timeout, stream: bool) -> kube_http.Response:
+        raw = body if body is None or isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+        try:
+            resp = http.request(method, target, head=self._head(content_type), body=raw, timeout=timeout, stream=stream)
+        except OSError as exc:
+            raise _error_from(exc) from exc
+        if 200 <= resp.status <= 299:
+            return resp
+        raise self._refused(resp.status, resp.reason, resp.data)
+
     def _send(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
-              content_type: str = JSON, timeout: Timeout | None = None) -> urllib3.BaseHTTPResponse:
-        """One request; the raw (unread) response on 2xx, else ApiError."""
+              content_type: str = JSON, timeout: Timeout | None = None,
+              stream: bool = False) -> kube_http.Response | urllib3.BaseHTTPResponse:
+        """One request; on 2xx the answer, its body read (a `kube_http.Response`) unless `stream`;
+        else ApiError. `body`: a JSON value, or bytes already serialised."""
+        target = path + ("?" + urlencode({k: v for k, v in query.items() if v is not None}) if query else "")
+        if self.http is not None:
+            return self._lean(self.http, method, target, body, content_type, timeout or self.timeout, stream)
         headers = {"Accept": JSON, "Content-Type": content_type}
         _, url, headers, body, _ = self.api.param_serialize(
-            method, path, header_params=headers, body=body, auth_settings=["BearerToken"],
-            _request_auth=self._auth_setting(),
+            method, path, header_params=headers, body=json.loads(body) if isinstance(body, bytes) else body,
+            auth_settings=["BearerToken"], _request_auth=self._auth_setting(),
         )
-        if query:
-            url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
         try:
-            result = self.api.call_api(method, url, headers, body, _request_timeout=timeout or self.timeout)
+            result = self.api.call_api(method, url + target[len(path):], headers, body,
+                                       _request_timeout=timeout or self.timeout)
             resp: urllib3.BaseHTTPResponse = result.response
-            if 200 <= resp.status <= 299:
+            if stream and 200 <= resp.status <= 299:
                 return resp
             data = resp.data
             resp.release_conn()
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise _error_from(exc) from exc
-        if resp.status == 401:  # a token revoked or rotated early: ask the configuration again next time
-            self._auth = (float("-inf"), None)
-        raise _status_error(resp.status, str(resp.reason or ""), data)
+        if 200 <= resp.status <= 299:
+            return kube_http.Response(resp.status, str(resp.reason or ""), data=data)
+        raise self._refused(resp.status, str(resp.reason or ""), data)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Obj:
         """One request with a JSON answer (kwargs: query, body, content_type, timeout)."""
-        resp = self._send(method, path, **kwargs)
-        try:
-            data = resp.data
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise _error_from(exc) from exc
-        finally:
-            resp.release_conn()
-        result: Obj = json.loads(data or b"{}")
+        result: Obj = json.loads(self._send(method, path, **kwargs).data or b"{}")
         return result
 
     def _write(self, verb: str, resource: Resource, sub: str | None, method: str, path: str, **kw: Any) -> Obj:
@@ -253,8 +307,10 @@ class KubeClient:
             "fieldSelector": field_selector or None,
         }
         resp = self._send("GET", resource.path(namespace=namespace), query=query,
-                          timeout=(5.0, timeout_seconds + 15.0))
-        return Watch(resp)
+                          timeout=(5.0, timeout_seconds + 15.0), stream=True)
+        if isinstance(resp, kube_http.Response):
+            return Watch(resp.chunks(), resp.shutdown)
+        return Watch(resp.stream(None, decode_content=False), _shutdown_of(resp), resp.close)
 
     # -- writes ------------------------------------------------------------------------------------
     def create(self, resource: Resource, obj: Mapping[str, Any], *, field_manager: str | None = None,
@@ -310,15 +366,11 @@ class KubeClient:
     # -- the scheduler's pod verbs -----------------------------------------------------------------
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """POST pods/NAME/binding; the UID precondition refuses a pod recreated under the same name,
-        and the API server refuses (409) a pod already bound elsewhere."""
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        self._write("create", PODS, "binding", "POST", PODS.path(namespace=namespace, name=name, sub="binding"),
-                    body=body)
+        and the API server refuses (409) a pod already bound elsewhere. The body is written
+        straight to bytes and the answer (a Status) is not decoded: this is the hot verb."""
+        body = _BINDING % (json.dumps(name), json.dumps(namespace), json.dumps(uid), json.dumps(node))
+        self._send("POST", PODS.path(namespace=namespace, name=name, sub="binding"), body=body.encode())
+        self.on_write("create", "pods/binding")
 
     def delete_pod(self, namespace: str, name: str, uid: str, *, grace_seconds: int | None = None) -> None:
         self.delete(PODS, name, uid=uid, namespace=namespace, grace_seconds=grace_seconds)
@@ -339,36 +391,47 @@ class KubeClient:
 
 
 class Watch:
-    """A streaming watch response: iterate for events, `close()` from another thread to stop it.
+    """A streaming watch answer: iterate for events, `close()` from another thread to stop it.
 
-    An ERROR event becomes `ApiError` (410 Gone means: re-list)."""
+    An ERROR event becomes `ApiError` (410 Gone means: re-list). Each event is one JSON line,
+    decoded to a plain dict, never to the generated client's models."""
 
-    def __init__(self, response: urllib3.BaseHTTPResponse):
-        self._response = response
+    def __init__(self, chunks: Iterator[bytes], shutdown: Callable[[], None],
+                 finish: Callable[[], None] = lambda: None) -> None:
+        self._chunks, self._shutdown, self._finish = chunks, shutdown, finish
 
     def close(self) -> None:
-        """Interrupts a reader blocked in another thread (closing the response there would wait for
+        """Interrupts a reader blocked in another thread (closing the answer there would wait for
         that reader's TLS lock): shutting the socket down wakes it with an error."""
-        connection = getattr(self._response, "connection", None) or getattr(self._response, "_connection", None)
-        sock = getattr(connection, "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        self._shutdown()
 
     def __iter__(self) -> Iterator[WatchEvent]:
         buffer = b""
         try:
-            for chunk in self._response.stream(None, decode_content=False):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+            for chunk in self._chunks:
+                buffer = buffer + chunk if buffer else chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
                     if line.strip():
                         yield _event(json.loads(line))
         except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as exc:
             raise _error_from(exc) from exc
         finally:
             with contextlib.suppress(Exception):
-                self._response.close()
+                self._finish()
+
+
+def _shutdown_of(response: urllib3.BaseHTTPResponse) -> Callable[[], None]:
+    """Shuts down the socket under a urllib3 answer (the generated transport's watches)."""
+    def shutdown() -> None:
+        connection = getattr(response, "connection", None) or getattr(response, "_connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+    return shutdown
 
 
 @dataclass(frozen=True)

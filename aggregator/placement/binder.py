@@ -8,11 +8,19 @@ precondition, so their controller (Job, JobSet, LeaderWorkerSet, ...) recreates 
 gang is scheduled again whole. A bare pod has no controller: rolling it back deletes it, which
 still keeps the invariant that matters — no partial gang stays bound. The caller releases its
 assumptions for every pod that did not stay bound.
+
+Answers that say "not now" rather than "no" (429 throttling, 5xx, no answer at all) are retried
+with exponential back-off a few times before the gang counts as failed: rolling a whole gang back
+for one throttled call would cost far more than waiting. A 409 saying the pod "is already
+assigned to node" *our* node means an earlier try went through (its answer was lost) or someone
+bound it exactly where we would: bound. Any other refusal (404: the pod was deleted; 409: bound
+elsewhere, or the UID precondition failed) fails the gang at once, with the API server's reason.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from agent.api_error import ApiError
 from aggregator.placement.state import PodKey
 
 log = logging.getLogger(__name__)
@@ -28,6 +37,28 @@ log = logging.getLogger(__name__)
 class BindApi(Protocol):
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
     def delete_pod(self, namespace: str, name: str, uid: str, *, grace_seconds: int | None = None) -> None: ...
+
+
+RETRY_STATUS = frozenset({0, 429, 500, 502, 503, 504})  # not now, rather than no
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How often and how patiently a bind answered "not now" is tried again: `tries` in all,
+    waits of `first` seconds doubling up to `cap`, each scaled by 0.5-1.5 so retries spread."""
+
+    tries: int = 5
+    first: float = 0.05
+    cap: float = 1.0
+
+    def waits(self) -> list[float]:
+        return [min(self.cap, self.first * 2 ** i) * random.uniform(0.5, 1.5) for i in range(self.tries - 1)]
+
+
+def already_ours(error: ApiError, node: str) -> bool:
+    """A 409 whose message says the pod is already assigned to this very node (the API server's
+    pods/binding wording: `pod NAME is already assigned to node "NODE"`)."""
+    return error.conflict and f'is already assigned to node "{node}"' in error.message
 
 
 @dataclass(frozen=True)
@@ -66,9 +97,11 @@ class Binder:
     """Binds gangs on a shared pool of `workers` threads; `on_done(outcome)` is called once per
     gang, from a worker thread, after any rollback."""
 
-    def __init__(self, api: BindApi, on_done: Callable[[BindOutcome], None], *, workers: int = 16) -> None:
+    def __init__(self, api: BindApi, on_done: Callable[[BindOutcome], None], *, workers: int = 16,
+                 backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep) -> None:
         self.api = api
         self.on_done = on_done
+        self.backoff, self._sleep = backoff, sleep
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind")
 
     def submit(self, gang: PodKey, items: Sequence[BindItem]) -> None:
@@ -79,12 +112,27 @@ class Binder:
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def bind(self, item: BindItem) -> str:
+        """Binds one pod, retrying "not now" answers (see the module docstring); "" when bound,
+        else why not."""
+        waits = self.backoff.waits()
+        for tries, wait in enumerate([*waits, None], start=1):
+            try:
+                self.api.bind(item.pod[0], item.pod[1], item.uid, item.node)
+                return ""
+            except ApiError as exc:
+                if already_ours(exc, item.node):
+                    return ""
+                if exc.status not in RETRY_STATUS or wait is None:
+                    return f"{exc} (after {tries} tries)" if tries > 1 else str(exc)
+                log.debug("bind %s/%s: %s; trying again in %.2fs", *item.pod, exc, wait)
+            except Exception as exc:
+                return str(exc) or type(exc).__name__
+            self._sleep(wait)
+        raise AssertionError("unreachable")
+
     def _bind_one(self, job: _GangJob, item: BindItem) -> None:
-        error = ""
-        try:
-            self.api.bind(item.pod[0], item.pod[1], item.uid, item.node)
-        except Exception as exc:
-            error = str(exc) or type(exc).__name__
+        error = self.bind(item)
         with job.lock:
             if error:
                 job.failed[item.pod] = error

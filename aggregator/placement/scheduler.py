@@ -124,6 +124,12 @@ class Scheduler:
         return lambda event, obj: self._queue.put(("watch", (kind, event, obj)))
 
     def start(self) -> None:
+        warm = getattr(self.api, "warm", None)
+        if warm is not None and not self.options.remediate_only:
+            # the binders' connections, TLS handshakes included, open while the informers list:
+            # the first gangs' binds then go out at once instead of each opening its own
+            threading.Thread(target=warm, args=(self.options.bind_workers,), name="warm-connections",
+                             daemon=True).start()
         for informer in self.informers:
             informer.start()
         self.evictions.start()

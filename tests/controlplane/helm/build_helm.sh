@@ -10,25 +10,5 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../go_build_lib.sh"
 version=$(go_mod_version helm.sh/helm/v3)
 go_build_cache helm "$version"
-cached() {
-  if [[ -x "$out/helm" ]]; then
-    echo "helm $version cached in $out" >&2
-    echo "$out/helm"
-    exit 0
-  fi
-}
-cached
-go_build_lock helm
-cached
-go_toolchain
-
-tmp=$(mktemp -d "$out.tmp.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-cd "$here"
-start=$(date +%s)
-echo "building helm.sh/helm/v3/cmd/helm ($version) ..." >&2
-ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-CGO_ENABLED=0 "$go_bin" build -trimpath -ldflags "$ldflags" -o "$tmp/helm" helm.sh/helm/v3/cmd/helm >&2
-rm -rf "$out" && mv "$tmp" "$out"
-echo "built helm $version in $(( $(date +%s) - start ))s into $out" >&2
-echo "$out/helm"
+go_binary helm helm.sh/helm/v3/cmd/helm \
+  "-X helm.sh/helm/v3/internal/version.version=$version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"

@@ -9,24 +9,4 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../go_build_lib.sh"
 version=$(go_mod_version sigs.k8s.io/kwok)
 go_build_cache kwok "$version"
-cached() {
-  if [[ -x "$out/kwok" ]]; then
-    echo "kwok $version cached in $out" >&2
-    echo "$out/kwok"
-    exit 0
-  fi
-}
-cached
-go_build_lock kwok
-cached
-go_toolchain
-
-tmp=$(mktemp -d "$out.tmp.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-cd "$here"
-start=$(date +%s)
-echo "building sigs.k8s.io/kwok/cmd/kwok ($version) ..." >&2
-CGO_ENABLED=0 "$go_bin" build -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok >&2
-rm -rf "$out" && mv "$tmp" "$out"
-echo "built kwok $version in $(( $(date +%s) - start ))s into $out" >&2
-echo "$out/kwok"
+go_binary kwok sigs.k8s.io/kwok/cmd/kwok

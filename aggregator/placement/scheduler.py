@@ -111,6 +111,8 @@ class Scheduler:
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
         self._topology = topology.build([])
         self._topology_gen = -1
+        self._faults_gen = -1
+        self._failed_domains: dict[str, str] = {}
         self._scheduled_gen = -1
         self._next_resync = 0.0
         self._in_flight: set[PodKey] = set()
@@ -218,7 +220,12 @@ class Scheduler:
             # middle of decisions (a full collection over 10,000 nodes' objects took ~40 ms, the
             # whole p99 of a decision). Frozen objects are still freed by reference counting.
             gc.freeze()
-        failed_domains = self.faults.failed_domains(self.state.hypernodes, now)
+        if self._faults_gen != self.state.topology_generation or self.faults.unknown_since:
+            # a walk over every HyperNode: only when one changed, or one's Unknown grace is running
+            # (not after every batch of pod events, which at 1,000 binds/s is hundreds a second)
+            self._faults_gen = self.state.topology_generation
+            self._failed_domains = self.faults.failed_domains(self.state.hypernodes, now)
+        failed_domains = self._failed_domains
         self._degraded_faults(now)  # every cycle, cheap: the few marked nodes; a pod is offered once
         if self._scheduled_gen == self.state.generation and now < self._next_resync and not self.faults.unknown_since:
             return

@@ -273,3 +273,49 @@ def test_an_unhealthy_mark_on_a_port_ufm_does_not_list_is_a_warning() -> None:
     fabric = ufm.from_listings(data)
     assert fabric.unhealthy == {} and fabric.warnings == ["unhealthy_ports: port ghost/3 is not in the port listing"]
 
+
+
+# --- reading the bytes UFM sends -----------------------------------------------------------------------
+
+
+def bodies_of(data: dict[str, list[dict[str, object]]]) -> dict[str, bytes]:
+    return {name: json.dumps(items).encode() for name, items in data.items()}
+
+
+FAULTY = {("su1-n2", 3): Fault("down", "both"), ("su1-n1", 0): Fault("slow"), ("su2-n1", 1): Fault("unhealthy")}
+
+
+@pytest.mark.parametrize("variant", [{}, {"faults": FAULTY}, {"peers": False}, {"with_systems": False}],
+                         ids=["usual", "faults", "no-peers", "no-systems"])  # fmt: skip
+def test_one_port_in_another_spelling_gives_the_same_ports(variant: dict[str, object]) -> None:
+    """UFM's usual spelling is read field by field across all ports; one port spelled otherwise (a
+    number as text, a GUID with 0x and capitals) sends the whole listing the port-by-port way."""
+    data = listings(model("rail-8.yaml"), **variant)  # type: ignore[arg-type]
+    usual = ufm.parse(data["ports"], systems=data.get("systems"))
+    odd = json.loads(json.dumps(data["ports"]))
+    odd[5]["number"] = str(odd[5]["number"])
+    odd[7]["guid"] = "0x" + str(odd[7]["guid"]).upper()
+    assert ufm.parse(odd, systems=data.get("systems")).ports == usual.ports
+    assert len(usual.ports) == len(data["ports"])
+    assert bool(usual.links) == (variant != {"peers": False})  # cables from the ports' peer fields
+
+
+@pytest.mark.parametrize("variant", [{}, {"faults": FAULTY}, {"peers": False}], ids=["usual", "faults", "no-peers"])
+def test_the_bytes_ufm_sends_give_the_fabric_of_the_decoded_listings(variant: dict[str, object]) -> None:
+    data = listings(model("rail-8.yaml"), **variant)  # type: ignore[arg-type]
+    from_bytes, decoded = ufm.from_bodies(bodies_of(data)), ufm.from_listings(data)
+    assert (from_bytes.ports, from_bytes.links, from_bytes.systems, from_bytes.unhealthy) == (
+        decoded.ports, decoded.links, decoded.systems, decoded.unhealthy)  # fmt: skip
+    assert bool(from_bytes.unhealthy) == ("faults" in variant)  # the unhealthy-ports listing read too
+
+
+def test_the_links_listing_is_read_only_when_a_port_names_no_peer() -> None:
+    """Every active port naming its peer gives every cable: the links listing is not decoded."""
+    m = model("small-tree.yaml")
+    with_peers = bodies_of(listings(m))
+    assert ufm.from_bodies({**with_peers, "links": b"<html>"}).links == ufm.from_bodies(with_peers).links
+    without = bodies_of(listings(m, peers=False))
+    assert ufm.from_bodies(without).links == ufm.from_bodies(with_peers).links
+    with pytest.raises(ufm.UfmDecodeError) as caught:
+        ufm.from_bodies({**without, "links": b"<html>"})
+    assert caught.value.listing == "links" and "not JSON" in str(caught.value)

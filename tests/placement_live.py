@@ -8,7 +8,7 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +22,7 @@ from aggregator.placement.scheduler import Options, Scheduler
 
 HERE = Path(__file__).resolve().parent
 KWOK_LABEL = ("type", "kwok")
+ON_FABRIC_FAULT = "hypertopo.io/on-fabric-fault"  # a gang's policy when a node under it fails
 T = TypeVar("T")
 
 
@@ -103,6 +104,11 @@ class Cluster:
     def selector(self) -> str:
         return f"hypertopo.io/test={self.tag}"
 
+    @property
+    def scheduler_name(self) -> str:
+        """The schedulerName of `scheduler()`, which `add_gang` and `add_gang_pods` put on their pods."""
+        return f"hypertopo-{self.tag}"
+
     def labels(self) -> dict[str, str]:
         labels = {"hypertopo.io/test": self.tag}
         if self.kwok:
@@ -173,6 +179,18 @@ class Cluster:
                 "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
                          "containers": [{"name": "main", "image": "trainer:latest", "resources": resources}]}}
 
+    def add_gang(self, gang: str, pods: int, *, gpus: int = 1, min_member: int | None = None,
+                 on_fault: str | None = None, annotations: dict[str, str] | None = None) -> None:
+        """PodGroup GANG (minMember `min_member`, else `pods`; `on_fault` is its hypertopo.io/on-fabric-fault
+        policy) and its pods GANG-0 .. GANG-<pods-1>, each asking `gpus` GPUs."""
+        policy = {ON_FABRIC_FAULT: on_fault} if on_fault else {}
+        self.add_podgroup(gang, pods if min_member is None else min_member, annotations={**(annotations or {}), **policy})
+        self.add_gang_pods(gang, [f"{gang}-{i}" for i in range(pods)], gpus=gpus)
+
+    def add_gang_pods(self, gang: str, names: Iterable[str], *, gpus: int = 1) -> None:
+        """More pods of GANG (replacements, late members) for `scheduler()`, each asking `gpus` GPUs."""
+        self.add_pods([self.pod_body(name, self.scheduler_name, gang=gang, gpus=gpus) for name in names])
+
     def add_pods(self, bodies: Sequence[dict[str, Any]]) -> None:
         parallel(lambda body: self._raw("POST", kube.PODS.path(namespace=self.ns), body=body), bodies)
 
@@ -208,7 +226,7 @@ class Cluster:
     # -- scheduler and teardown ---------------------------------------------------------------
     @contextlib.contextmanager
     def scheduler(self, api: Any = None, **overrides: Any) -> Iterator[Scheduler]:
-        options = Options(scheduler_name=f"hypertopo-{self.tag}", node_selector=self.selector,
+        options = Options(scheduler_name=self.scheduler_name, node_selector=self.selector,
                           watch_timeout=20, **overrides)
         sched = Scheduler(api or self.api, options)
         sched.start()

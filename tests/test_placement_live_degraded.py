@@ -46,9 +46,7 @@ def test_a_new_gang_goes_to_the_healthy_leaf_of_two_equal_ones(cluster: Cluster)
     layout = cluster.leaf_spine(leaves=3, per_leaf=2, gpus=8)
     leaves = sorted(layout)
     with cluster.scheduler() as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("first", 2)
-        cluster.add_pods([cluster.pod_body(f"first-{i}", name, gang="first", gpus=8) for i in range(2)])
+        cluster.add_gang("first", 2, gpus=8)
         first = cluster.wait_bound(2)
         assert {leaf_of(layout)[n] for n in first.values()} == {leaves[0]}
 
@@ -56,8 +54,7 @@ def test_a_new_gang_goes_to_the_healthy_leaf_of_two_equal_ones(cluster: Cluster)
         mark_degraded(cluster, degraded_node)
         set_fabric_degraded(cluster, leaves[1], degraded_node)
         wait_for("the scheduler sees the degraded node", lambda: degraded_node in sched._degraded_nodes)
-        cluster.add_podgroup("second", 2)
-        cluster.add_pods([cluster.pod_body(f"second-{i}", name, gang="second", gpus=8) for i in range(2)])
+        cluster.add_gang("second", 2, gpus=8)
         placed = cluster.wait_bound(4)
         second = {p: n for p, n in placed.items() if p.startswith("second-")}
         assert {leaf_of(layout)[n] for n in second.values()} == {leaves[2]}, second
@@ -65,8 +62,7 @@ def test_a_new_gang_goes_to_the_healthy_leaf_of_two_equal_ones(cluster: Cluster)
         assert sched.metrics.failed_nodes._value.get() == 0 and sched.evictions._offered == set()
 
         # soft: a gang that needs the degraded leaf's nodes still gets them
-        cluster.add_podgroup("third", 2)
-        cluster.add_pods([cluster.pod_body(f"third-{i}", name, gang="third", gpus=8) for i in range(2)])
+        cluster.add_gang("third", 2, gpus=8)
         third = {p: n for p, n in cluster.wait_bound(6).items() if p.startswith("third-")}
         assert sorted(third.values()) == sorted(layout[leaves[1]])
 
@@ -75,13 +71,10 @@ def test_restart_pods_on_degraded_moves_a_pod_only_after_the_configured_time(clu
     layout = cluster.leaf_spine(leaves=2, per_leaf=2, gpus=8)
     after = 3.0
     with cluster.scheduler(degraded_restart_seconds=after) as sched:
-        name = sched.options.scheduler_name
         # one 4-GPU pod each: best fit puts both on the same node
-        cluster.add_podgroup("asks", 1, annotations={"hypertopo.io/on-fabric-fault": "restart-pods-on-degraded"})
-        cluster.add_pods([cluster.pod_body("asks-0", name, gang="asks", gpus=4)])
+        cluster.add_gang("asks", 1, gpus=4, on_fault="restart-pods-on-degraded")
         cluster.wait_bound(1)
-        cluster.add_podgroup("plain", 1, annotations={"hypertopo.io/on-fabric-fault": "restart-pods"})
-        cluster.add_pods([cluster.pod_body("plain-0", name, gang="plain", gpus=4)])
+        cluster.add_gang("plain", 1, gpus=4, on_fault="restart-pods")
         before = cluster.wait_bound(2)
         node = before["asks-0"]
         assert before["plain-0"] == node
@@ -102,6 +95,6 @@ def test_restart_pods_on_degraded_moves_a_pod_only_after_the_configured_time(clu
         assert sched.metrics.failed_nodes._value.get() == 0
 
         # the owner's replacement avoids the degraded node's leaf, the other being as good
-        cluster.add_pods([cluster.pod_body("asks-r0", name, gang="asks", gpus=4)])
+        cluster.add_gang_pods("asks", ["asks-r0"], gpus=4)
         replaced = cluster.wait_bound(2)
         assert leaf_of(layout)[replaced["asks-r0"]] != leaf_of(layout)[node]

@@ -30,9 +30,7 @@ def test_restart_pods_moves_only_the_failed_nodes_pods_next_to_the_rest_of_the_g
     # 2 leaves x 4 nodes x 8 GPUs; 6 pods x 4 GPUs fill 3 nodes of one leaf (2 per node).
     layout = cluster.leaf_spine(leaves=2, per_leaf=4, gpus=8)
     with cluster.scheduler() as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("train", 6, annotations={"hypertopo.io/on-fabric-fault": "restart-pods"})
-        cluster.add_pods([cluster.pod_body(f"train-{i}", name, gang="train", gpus=4) for i in range(6)])
+        cluster.add_gang("train", 6, gpus=4, on_fault="restart-pods")
         before = cluster.wait_bound(6)
         leaf = {leaf_of(layout)[n] for n in before.values()}
         assert len(leaf) == 1
@@ -48,7 +46,7 @@ def test_restart_pods_moves_only_the_failed_nodes_pods_next_to_the_rest_of_the_g
         assert survivors == {p: n for p, n in before.items() if p not in victims}
         assert all(uids(cluster)[p] == before_uids[p] for p in survivors)
 
-        cluster.add_pods([cluster.pod_body(f"train-r{i}", name, gang="train", gpus=4) for i in range(2)])
+        cluster.add_gang_pods("train", [f"train-r{i}" for i in range(2)], gpus=4)
         after = cluster.wait_bound(6)
         replacements = {p: n for p, n in after.items() if p.startswith("train-r")}
         # the leaf's free 4th node holds both (2 x 4 GPUs = 8); the other leaf is all free but farther
@@ -62,14 +60,12 @@ def test_restart_pods_moves_only_the_failed_nodes_pods_next_to_the_rest_of_the_g
 
 def test_restart_gang_evicts_every_pod_of_the_gang(cluster: Cluster) -> None:
     cluster.leaf_spine(leaves=2, per_leaf=2, gpus=8)
-    with cluster.scheduler() as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("whole", 4, annotations={"hypertopo.io/on-fabric-fault": "restart-gang"})
-        cluster.add_pods([cluster.pod_body(f"whole-{i}", name, gang="whole", gpus=4) for i in range(4)])
+    with cluster.scheduler():
+        cluster.add_gang("whole", 4, gpus=4, on_fault="restart-gang")
         before = cluster.wait_bound(4)
         cluster.taint(sorted(before.values())[0])
         wait_for("the whole gang gone", lambda: gone(cluster, set(before)))
-        cluster.add_pods([cluster.pod_body(f"whole-r{i}", name, gang="whole", gpus=4) for i in range(4)])
+        cluster.add_gang_pods("whole", [f"whole-r{i}" for i in range(4)], gpus=4)
         after = cluster.wait_bound(4)
         assert sorted(before.values())[0] not in after.values()
 
@@ -77,9 +73,7 @@ def test_restart_gang_evicts_every_pod_of_the_gang(cluster: Cluster) -> None:
 def test_policy_none_leaves_the_gang_on_a_failed_node(cluster: Cluster) -> None:
     cluster.leaf_spine(leaves=1, per_leaf=2, gpus=8)
     with cluster.scheduler() as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("stay", 2)  # no annotation: policy none
-        cluster.add_pods([cluster.pod_body(f"stay-{i}", name, gang="stay", gpus=4) for i in range(2)])
+        cluster.add_gang("stay", 2, gpus=4)  # no annotation: policy none
         before = cluster.wait_bound(2)
         cluster.taint(next(iter(before.values())))
         # the cycle that counts the failed node is the one that would have queued evictions
@@ -92,9 +86,7 @@ def test_hypernode_unknown_is_followed_only_after_the_grace_period(cluster: Clus
     layout = cluster.leaf_spine(leaves=2, per_leaf=2, gpus=8)
     grace = 2.0
     with cluster.scheduler(unknown_grace_seconds=grace) as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("a", 2, annotations={"hypertopo.io/on-fabric-fault": "restart-pods"})
-        cluster.add_pods([cluster.pod_body(f"a-{i}", name, gang="a", gpus=8) for i in range(2)])
+        cluster.add_gang("a", 2, gpus=8, on_fault="restart-pods")
         first = cluster.wait_bound(2)
         leaf = leaf_of(layout)[next(iter(first.values()))]
         assert {leaf_of(layout)[n] for n in first.values()} == {leaf}
@@ -106,7 +98,7 @@ def test_hypernode_unknown_is_followed_only_after_the_grace_period(cluster: Clus
         assert sched.metrics.failed_nodes._value.get() == 2
 
         # replacements avoid the leaf that is still Unknown (past its grace)
-        cluster.add_pods([cluster.pod_body(f"b-{i}", name, gang="a", gpus=8) for i in range(2)])
+        cluster.add_gang_pods("a", [f"b-{i}" for i in range(2)], gpus=8)
         second = cluster.wait_bound(2)
         assert {leaf_of(layout)[n] for n in second.values()} == set(layout) - {leaf}
 
@@ -115,14 +107,12 @@ def test_hypernode_ready_false_is_followed_at_once_and_its_nodes_avoided(cluster
     layout = cluster.leaf_spine(leaves=2, per_leaf=2, gpus=8)
     # a grace far longer than the test: only Ready=False (no grace) can explain the eviction
     with cluster.scheduler(unknown_grace_seconds=3600) as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("a", 2, annotations={"hypertopo.io/on-fabric-fault": "restart-pods"})
-        cluster.add_pods([cluster.pod_body(f"a-{i}", name, gang="a", gpus=8) for i in range(2)])
+        cluster.add_gang("a", 2, gpus=8, on_fault="restart-pods")
         first = cluster.wait_bound(2)
         leaf = leaf_of(layout)[next(iter(first.values()))]
         cluster.set_hypernode_ready(leaf, "False", reason="SwitchDown")
         wait_for("Ready=False leaf's pods evicted", lambda: gone(cluster, set(first)))
-        cluster.add_pods([cluster.pod_body(f"b-{i}", name, gang="a", gpus=8) for i in range(2)])
+        cluster.add_gang_pods("a", [f"b-{i}" for i in range(2)], gpus=8)
         second = cluster.wait_bound(2)
         assert {leaf_of(layout)[n] for n in second.values()} == set(layout) - {leaf}
         assert sched.faults.unknown_since == {}

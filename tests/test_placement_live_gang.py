@@ -19,10 +19,8 @@ def test_gang_of_eight_one_gpu_pods_lands_inside_one_leaf_and_runs(cluster: Clus
     # 2 leaves x 4 nodes x 2 GPUs: 8 one-GPU pods need a whole leaf (4 nodes x 2 = 8); spreading
     # over both leaves would also fit, so only topology-aware placement keeps it in one.
     layout = cluster.leaf_spine(leaves=2, per_leaf=4, gpus=2)
-    with cluster.scheduler() as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("train", 8)
-        cluster.add_pods([cluster.pod_body(f"train-{i}", name, gang="train") for i in range(8)])
+    with cluster.scheduler():
+        cluster.add_gang("train", 8)
         placement = cluster.wait_bound(8)
         assert len(leaves_used(layout, placement)) == 1
         assert len(set(placement.values())) == 4  # 2 pods per 2-GPU node: no node over-booked
@@ -35,26 +33,22 @@ def test_gang_of_eight_one_gpu_pods_lands_inside_one_leaf_and_runs(cluster: Clus
 
 def test_gang_waits_for_min_member_pods_then_binds_all(cluster: Cluster) -> None:
     cluster.leaf_spine(leaves=1, per_leaf=2, gpus=8)
-    with cluster.scheduler(gang_wait_event_seconds=0.0) as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("wait", 4)
-        cluster.add_pods([cluster.pod_body(f"wait-{i}", name, gang="wait") for i in range(3)])
+    with cluster.scheduler(gang_wait_event_seconds=0.0):
+        cluster.add_gang("wait", 3, min_member=4)
         messages = wait_for("a waiting event", lambda: {e["message"] for e in cluster.events("FailedScheduling")}
                             & {"pod group wait has 3 pods, minMember is 4: waiting for 1 more"})
         assert len(messages) == 1
         assert cluster.placement() == {}  # 3 of 4: nothing is bound early
-        cluster.add_pods([cluster.pod_body("wait-3", name, gang="wait")])
+        cluster.add_gang_pods("wait", ["wait-3"])
         cluster.wait_bound(4)
 
 
 def test_unsatisfiable_hard_limit_stays_pending_with_failed_scheduling_event(cluster: Cluster) -> None:
     # each leaf holds 4 nodes x 2 GPUs = 8 one-GPU pods; 12 pods under a hard leaf limit cannot fit
     cluster.leaf_spine(leaves=2, per_leaf=4, gpus=2)
-    with cluster.scheduler() as sched:
-        name = sched.options.scheduler_name
+    with cluster.scheduler():
         limit = {"volcano.sh/network-topology-mode": "hard", "hypertopo.io/highest-tier-name": "leaf"}
-        cluster.add_podgroup("big", 12, annotations=limit)
-        cluster.add_pods([cluster.pod_body(f"big-{i}", name, gang="big") for i in range(12)])
+        cluster.add_gang("big", 12, annotations=limit)
         events = cluster.wait_events("FailedScheduling", 12)
         pod_events = [e for e in events if e["involvedObject"]["kind"] == "Pod"]
         assert {e["type"] for e in pod_events} == {"Warning"}
@@ -66,11 +60,9 @@ def test_unsatisfiable_hard_limit_stays_pending_with_failed_scheduling_event(clu
 
 def test_soft_limit_climbs_to_the_spine_when_one_leaf_is_too_small(cluster: Cluster) -> None:
     layout = cluster.leaf_spine(leaves=2, per_leaf=4, gpus=2)
-    with cluster.scheduler() as sched:
-        name = sched.options.scheduler_name
-        cluster.add_podgroup("soft", 12, annotations={"volcano.sh/network-topology-mode": "soft",
-                                                      "volcano.sh/network-topology-highest-tier": "1"})
-        cluster.add_pods([cluster.pod_body(f"soft-{i}", name, gang="soft") for i in range(12)])
+    with cluster.scheduler():
+        cluster.add_gang("soft", 12, annotations={"volcano.sh/network-topology-mode": "soft",
+                                                  "volcano.sh/network-topology-highest-tier": "1"})
         placement = cluster.wait_bound(12)
         assert len(leaves_used(layout, placement)) == 2
 

@@ -590,6 +590,13 @@ class _Join:
     def reported(self, port: UfmPort) -> str | None:
         return self.by_guid.get(port.guid) or self.by_guid.get(port.system_guid)
 
+    def reported_all(self, ports: list[UfmPort]) -> list[str | None]:
+        """`reported` of each port (by port GUID in one C loop; by system GUID where that fails)."""
+        found: list[str | None] = list(map(self.by_guid.get, map(_GUID, ports)))
+        if None in found:
+            found = [node or self.by_guid.get(port.system_guid) for node, port in zip(found, ports, strict=True)]
+        return found
+
     def host(self, port: UfmPort) -> str | None:
         name = port.system_name or self.hosts.host_of(port.node_description) or ""
         if not name:
@@ -599,16 +606,18 @@ class _Join:
     def node(self, port: UfmPort) -> str | None:
         return self.reported(port) or self.host(port)
 
-    def attach(self, port: UfmPort, switch: str) -> None:
-        guids, guid, system = self.guids, port.guid, port.system_guid
-        for each in (guid,) if system == guid else (guid, system):
-            found = guids.get(each)
+    def attach(self, hcas: list[UfmPort], switches: list[str]) -> None:
+        """Each HCA port (by its port and its system GUID; by name when no report carries either)
+        cabled to the switch beside it."""
+        guids = self.guids
+        for guid, switch in chain(zip(map(_GUID, hcas), switches, strict=True), zip(map(_SYSTEM, hcas), switches, strict=True)):
+            found = guids.get(guid)
             if found is None:
-                guids[each] = {switch}
+                guids[guid] = {switch}
             else:
                 found.add(switch)
-        if self.reported(port) is None:
-            host = self.host(port)
+        for port, switch, node in zip(hcas, switches, self.reported_all(hcas), strict=True):
+            host = self.host(port) if node is None else None
             if host:
                 self.names.setdefault(host, set()).add(switch)
                 self.by_name.add(host)
@@ -616,6 +625,9 @@ class _Join:
     def commit(self, graph: FabricGraph) -> None:
         """The attachments into the graph, in bulk (GUIDs are normalised already)."""
         for found, into in ((self.guids, graph.attached_by_guid), (self.names, graph.attached_by_host)):
+            if not into:
+                into.update(found)
+                continue
             for key, switches in found.items():
                 have = into.get(key)
                 if have is None:
@@ -624,28 +636,21 @@ class _Join:
                     have |= switches
 
 
+_GUID = itemgetter(0)  # a UfmPort's port GUID
+
+
 def apply(graph: FabricGraph, fabric: UfmFabric, hosts: HostNames | None = None) -> list[str]:
     """Switch-to-switch cables, HCA ports attached to their switch (by GUID, and by system name for
     ports no report carries), and the faults UFM sees on nodes' cables. Returns warnings."""
     join = _Join.of(graph, hosts or HostNames())
     names = switch_names(fabric)
-    ports, host_cables, switch_of = fabric.ports, [], names.get
-    for ka, kb in fabric.links:  # one pass: switch cabling, and each HCA with the switch port it meets
-        a, b = ports[ka], ports[kb]
-        sa, sb = switch_of(a.system_guid), switch_of(b.system_guid)
-        if sa and sb:
-            graph.add_switch_link(sa, sb)
-        elif sa and b.kind == HOST:
-            join.attach(b, sa)
-            host_cables.append((b, a))
-        elif sb and a.kind == HOST:
-            join.attach(a, sb)
-            host_cables.append((a, b))
+    host_cables = _cables(graph, fabric, names)
     by_name = {name: name for name in names.values()}
-    for key in ports.keys() - set(chain.from_iterable(fabric.links)):  # Volcano's data: a host port naming its switch only
-        port = ports[key]
-        if port.kind == HOST and port.peer_node_name in by_name and port.up:
-            join.attach(port, by_name[port.peer_node_name])
+    ports, uncabled = fabric.ports, fabric.ports.keys() - set(chain.from_iterable(fabric.links))
+    named = [ports[key] for key in uncabled]  # Volcano's minimal data: a host port naming its switch only
+    named = [port for port in named if port.kind == HOST and port.peer_node_name in by_name and port.up]
+    join.attach([hca for hca, _, _ in host_cables] + named,
+                [switch for _, _, switch in host_cables] + [by_name[port.peer_node_name] for port in named])  # fmt: skip
     join.commit(graph)
     graph.switches.update(names.values())
     for node, faults in port_faults(fabric, host_cables, join).items():
@@ -653,20 +658,39 @@ def apply(graph: FabricGraph, fabric: UfmFabric, hosts: HostNames | None = None)
     return _unmatched(graph, fabric, join) if graph.nodes else []
 
 
-def _expected_rate(fabric: UfmFabric, host_cables: list[tuple[UfmPort, UfmPort]]) -> float | None:
+HostCable = tuple[UfmPort, UfmPort, str]  # (HCA port, switch port, switch ID)
+
+
+def _cables(graph: FabricGraph, fabric: UfmFabric, names: Mapping[str, str]) -> list[HostCable]:
+    """Switch-to-switch cables into the graph; returns the host cables."""
+    ends = list(map(fabric.ports.__getitem__, chain.from_iterable(fabric.links)))  # a, b, a, b, ...
+    switch = list(map(names.get, map(_SYSTEM, ends)))
+    host_cables = []
+    for a, b, sa, sb in zip(ends[0::2], ends[1::2], switch[0::2], switch[1::2], strict=True):
+        if sa and sb:
+            graph.add_switch_link(sa, sb)
+        elif sa:
+            if b.kind == HOST:
+                host_cables.append((b, a, sa))
+        elif sb and a.kind == HOST:
+            host_cables.append((a, b, sb))
+    return host_cables
+
+
+def _expected_rate(host_cables: list[HostCable]) -> float | None:
     """The fabric's usual rate on host cables (the most common active rate), for ports whose
     enabled rates UFM does not list."""
-    rates = Counter(p.gbps for p in chain.from_iterable(host_cables) if p.up and p.gbps is not None)
+    ends = chain.from_iterable((hca, switch) for hca, switch, _ in host_cables)
+    rates = Counter(p.gbps for p in ends if p.up and p.gbps is not None)
     return rates.most_common(1)[0][0] if rates else None
 
 
-def port_faults(fabric: UfmFabric, host_cables: list[tuple[UfmPort, UfmPort]], join: _Join) -> dict[str, list[FabricFault]]:
-    """Node -> faults on its cables (each an (HCA port, switch port) pair): a down end is a failure,
-    a slow one a grey failure."""
-    usual = functools.cache(lambda: _expected_rate(fabric, host_cables))  # only for cables without enabled rates
+def port_faults(fabric: UfmFabric, host_cables: list[HostCable], join: _Join) -> dict[str, list[FabricFault]]:
+    """Node -> faults on its cables: a down end is a failure, a slow one a grey failure."""
+    usual = functools.cache(lambda: _expected_rate(host_cables))  # only for cables without enabled rates
     marks = fabric.unhealthy
     out: dict[str, list[FabricFault]] = {}
-    for hca, switch in host_cables:
+    for hca, switch, _ in host_cables:
         if _plainly_healthy(hca, switch) and (not marks or (hca.key not in marks and switch.key not in marks)):
             continue
         fault = _link_fault((hca, switch), usual, marks)
@@ -724,11 +748,10 @@ def _by_key(port: UfmPort) -> Key:
 def _unmatched(graph: FabricGraph, fabric: UfmFabric, join: _Join) -> list[str]:
     """Hosts UFM names that are no node, nodes that no UFM host names or reports the GUID of."""
     hca_ports = [p for p in fabric.ports.values() if p.kind == HOST]
-    matched = {join.reported(p) for p in hca_ports} | {n for n in join.by_name if n in graph.nodes}
-    lost_hosts = sorted(
-        {p.system_name for p in hca_ports if join.reported(p) is None and join.host(p) not in graph.nodes}
-        - {""}
-    )
+    reported = join.reported_all(hca_ports)
+    matched = set(reported) | {n for n in join.by_name if n in graph.nodes}
+    unreported = [p for p, node in zip(hca_ports, reported, strict=True) if node is None]
+    lost_hosts = sorted({p.system_name for p in unreported if join.host(p) not in graph.nodes} - {""})
     lost_nodes = sorted(n for n in graph.nodes if n not in matched)
     warnings = []
     if lost_hosts:

@@ -288,14 +288,18 @@ FAULTY = {("su1-n2", 3): Fault("down", "both"), ("su1-n1", 0): Fault("slow"), ("
 @pytest.mark.parametrize("variant", [{}, {"faults": FAULTY}, {"peers": False}, {"with_systems": False}],
                          ids=["usual", "faults", "no-peers", "no-systems"])  # fmt: skip
 def test_one_port_in_another_spelling_gives_the_same_ports(variant: dict[str, object]) -> None:
-    """UFM's usual spelling is read field by field across all ports; one port spelled otherwise (a
-    number as text, a GUID with 0x and capitals) sends the whole listing the port-by-port way."""
+    """UFM's usual spelling is read field by field across all ports (and systems); one port spelled
+    otherwise (a number as text, a GUID with 0x and capitals), or a system name with spaces around
+    it, sends the whole listing the item-by-item way."""
     data = listings(model("rail-8.yaml"), **variant)  # type: ignore[arg-type]
     usual = ufm.parse(data["ports"], systems=data.get("systems"))
-    odd = json.loads(json.dumps(data["ports"]))
+    odd, systems = json.loads(json.dumps(data["ports"])), json.loads(json.dumps(data.get("systems")))
     odd[5]["number"] = str(odd[5]["number"])
     odd[7]["guid"] = "0x" + str(odd[7]["guid"]).upper()
-    assert ufm.parse(odd, systems=data.get("systems")).ports == usual.ports
+    if systems:
+        systems[3]["system_name"] = f" {systems[3]['system_name']} "
+    read_odd = ufm.parse(odd, systems=systems)
+    assert (read_odd.ports, read_odd.systems) == (usual.ports, usual.systems)
     assert len(usual.ports) == len(data["ports"])
     assert bool(usual.links) == (variant != {"peers": False})  # cables from the ports' peer fields
 

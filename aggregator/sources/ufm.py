@@ -105,8 +105,7 @@ class UfmPort(NamedTuple):
         return f"{where} port {self.dname or self.number}"
 
 
-@dataclass(frozen=True)
-class UfmSystem:
+class UfmSystem(NamedTuple):
     guid: str
     name: str
     kind: str
@@ -225,6 +224,7 @@ def _kind_from_description(description: str) -> str:
     return OTHER
 
 
+@functools.cache
 def _kind_of_system(value: str) -> str:
     text = value.lower()
     return SWITCH if text == "switch" else HOST if text in ("host", "computer", "server") else OTHER
@@ -340,8 +340,13 @@ def parse(ports: Any, *, links: Any = None, systems: Any = None, unhealthy: Any 
 
 def _add_systems(fabric: UfmFabric, systems: Any) -> dict[str, str]:
     """The systems listing; returns system GUID -> kind (switch, host, other)."""
+    items = _items(systems, "systems")
+    usual = _systems_at_once(items)
+    if usual is not None:
+        fabric.systems.update(zip(map(_GUID, usual), usual, strict=True))
+        return {system.guid: system.kind for system in usual}
     kinds: dict[str, str] = {}
-    for item in _items(systems, "systems"):
+    for item in items:
         guid = _guid(_text(item, "guid", "system_guid"))
         if guid is None:
             fabric.warnings.append(f"systems: {_text(item, 'system_name') or '?'} has no GUID, skipped")
@@ -350,6 +355,23 @@ def _add_systems(fabric: UfmFabric, systems: Any) -> dict[str, str]:
         kinds[guid] = kind
         fabric.systems[guid] = UfmSystem(guid, _text(item, "system_name", "name"), kind)
     return kinds
+
+
+def _systems_at_once(items: list[Mapping[str, Any]]) -> list[UfmSystem] | None:
+    """The systems listing in UFM's documented spelling (`guid`, `type`, `system_name`), read field by
+    field in C loops as the ports are; None when a system strays from it."""
+    try:
+        guids, types, names = (list(map(itemgetter(key), items)) for key in ("guid", "type", "system_name"))
+        if not (_all_guids(guids) and set(map(type, types)) | set(map(type, names)) <= {str}):
+            return None
+        if "" in names or list(map(str.strip, names)) != names or list(map(str.strip, types)) != types:
+            return None  # names to trim, or to take from `name`: the item-by-item way
+    except (KeyError, TypeError):
+        return None
+    return list(map(_new_system, zip(guids, names, map(_kind_of_system, types), strict=True)))
+
+
+_new_system = functools.partial(tuple.__new__, UfmSystem)
 
 
 def _add_ports(fabric: UfmFabric, ports: Any, kinds: Mapping[str, str]) -> None:
@@ -369,9 +391,10 @@ def _add_ports(fabric: UfmFabric, ports: Any, kinds: Mapping[str, str]) -> None:
 
 
 _KEY, _SYSTEM = itemgetter(slice(0, 2)), attrgetter("system_guid")  # a UfmPort's key is its first two fields
-_FIELDS = ("guid", "number", "systemID", "system_name", "node_description", "description", "dname",
-           "logical_state", "physical_state", "active_speed", "active_width", "enabled_speed", "enabled_width")  # fmt: skip
-_TEXTS = ("system_name", "node_description", "description", "dname", "logical_state", "physical_state")
+_GUID = itemgetter(0)  # a UfmPort's port GUID; a UfmSystem's GUID
+_FIELDS = ("guid", "number", "systemID", "system_name", "node_description", "dname", "logical_state",
+           "physical_state", "active_speed", "active_width", "enabled_speed", "enabled_width")  # fmt: skip
+_TEXTS = ("system_name", "node_description", "dname", "logical_state", "physical_state")
 _new_port = functools.partial(tuple.__new__, UfmPort)
 
 
@@ -388,7 +411,8 @@ def _ports_at_once(items: list[Mapping[str, Any]], kinds: Mapping[str, str]) -> 
         guids, numbers = column["guid"], column["number"]
         kind = list(map(kinds.get, column["systemID"]))
         if None in kind:  # a system the systems listing does not give: told by the port's description
-            kind = [k or _kind_from_description(d) for k, d in zip(kind, column["description"], strict=True)]
+            said = map(_str, map(methodcaller("get", "description"), items))
+            kind = [k or _kind_from_description(d) for k, d in zip(kind, said, strict=True)]
         rate = list(map(_rate, column["active_speed"], column["active_width"]))
         enabled = list(map(_best_rate, map(tuple, column["enabled_speed"]), map(tuple, column["enabled_width"])))
         up = list(map(_is_up, column["logical_state"], column["physical_state"]))
@@ -634,9 +658,6 @@ class _Join:
                     into[key] = switches
                 else:
                     have |= switches
-
-
-_GUID = itemgetter(0)  # a UfmPort's port GUID
 
 
 def apply(graph: FabricGraph, fabric: UfmFabric, hosts: HostNames | None = None) -> list[str]:

@@ -210,6 +210,8 @@ def _chunked(reader: io.BufferedReader) -> Iterator[bytes]:
     readline, read = reader.readline, reader.read
     while True:
         line = readline(_LINE)
+        if not line:
+            raise ProtocolError("connection ended inside a chunked body")
         try:
             size = int(line.split(b";", 1)[0], 16)
         except ValueError:

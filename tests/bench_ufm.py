@@ -10,7 +10,7 @@ systems and unhealthy-ports listings come from the UFM stand-in's generator (tes
 every port field UFM's guide documents, about 1.1 KiB a port as UFM sends it; not timed) and are
 serialised to the bytes the adapter receives. Timed, best and median of three, from those bytes to
 the facts in the graph, as the adapter and the source run them: `sources.ufm.from_bodies` (read:
-JSON decoding, parsing, freeing the decoded JSON) and `sources.ufm.apply` into a graph whose nodes
+JSON decoding, parsing, freeing the decoded JSON) and `sources.ufm_graph.apply` into a graph whose nodes
 carry their reported GUIDs (merge, the join by GUID); `wall` is both, `cpu` the process CPU time of
 both (less sensitive to a shared machine).
 """
@@ -31,7 +31,7 @@ from ufm_standin import ca_guid, listings
 
 from agent.cluster_model import ClusterModel, parse_model
 from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
-from aggregator.sources import ufm
+from aggregator.sources import ufm, ufm_graph
 
 RAILS = 4
 GROUP = 80
@@ -76,7 +76,7 @@ def bench(hosts: int = 10_000, switches: int = 600, rails: int = RAILS) -> dict[
         wall, cpu = time.perf_counter(), time.process_time()
         fabric = ufm.from_bodies(bodies)
         read = time.perf_counter()
-        ufm.apply(graph, fabric)
+        ufm_graph.apply(graph, fabric)
         done = time.perf_counter()
         for name, value in (("read", read - wall), ("merge", done - read), ("wall", done - wall),
                             ("cpu", time.process_time() - cpu)):  # fmt: skip

@@ -17,7 +17,7 @@ from agent.model_probe import report_for
 from aggregator import render
 from aggregator.graph import FabricGraph
 from aggregator.health import MemberState, member_health, with_fabric_faults
-from aggregator.sources import ibnetdiscover, nodetopology, ufm
+from aggregator.sources import ibnetdiscover, nodetopology, ufm, ufm_graph
 from aggregator.sources.ibnetdiscover import HostNames
 from aggregator.tiers import infer
 
@@ -40,7 +40,7 @@ def graph_of(m: ClusterModel, *, reports: bool = False) -> FabricGraph:
 
 def tree_from_ufm(m: ClusterModel, data: dict[str, list[dict[str, object]]], *, reports: bool = False) -> list[dict[str, object]]:
     graph = graph_of(m, reports=reports)
-    ufm.apply(graph, ufm.from_listings(json.loads(json.dumps(data))))
+    ufm_graph.apply(graph, ufm.from_listings(json.loads(json.dumps(data))))
     return render.render(infer(graph))
 
 
@@ -95,7 +95,7 @@ def test_volcano_style_ports_naming_only_the_switch_give_the_leaves() -> None:
     graph = FabricGraph()
     for i in range(4):
         graph.add_node(f"node{i}")
-    ufm.apply(graph, ufm.parse(data))
+    ufm_graph.apply(graph, ufm.parse(data))
     assert {n: graph.attached_switches(n) for n in sorted(graph.nodes)} == {
         "node0": {"leaf0"}, "node1": {"leaf0"}, "node2": {"leaf1"}, "node3": {"leaf1"}}  # fmt: skip
 
@@ -111,7 +111,7 @@ def test_a_reported_guid_wins_over_the_system_name() -> None:
         if port["system_name"] == "node01":
             port["system_name"] = "node05"  # under leaf2 by name; by GUID node01 is under leaf1
     graph = graph_of(m, reports=True)
-    ufm.apply(graph, ufm.parse(data["ports"], links=data["links"]))
+    ufm_graph.apply(graph, ufm.parse(data["ports"], links=data["links"]))
     assert graph.attached_switches("node01") == {"leaf1"}
     assert graph.attached_switches("node05") == {"leaf2"}
 
@@ -122,7 +122,7 @@ def test_without_a_report_the_system_name_places_the_host_after_strip_domain() -
     graph = FabricGraph()
     for node in m.nodes():
         graph.add_node(f"{node}.dc1.example.com")
-    warnings = ufm.apply(graph, ufm.from_listings(data), HostNames(domain="."))
+    warnings = ufm_graph.apply(graph, ufm.from_listings(data), HostNames(domain="."))
     assert warnings == []
     assert graph.attached_switches("node03.dc1.example.com") == {"leaf1"}
 
@@ -132,7 +132,7 @@ def test_hosts_and_nodes_that_meet_nothing_are_counted() -> None:
     graph = FabricGraph()
     for node in [*m.nodes()[:7], "stranger"]:
         graph.add_node(node)
-    warnings = ufm.apply(graph, ufm.from_listings(listings(m)))
+    warnings = ufm_graph.apply(graph, ufm.from_listings(listings(m)))
     assert warnings == [
         "1 hosts in UFM match no node (e.g. node08; nodes are named like node01, node02): see --strip-domain",
         "1 of 8 nodes match no host in UFM (e.g. stranger)",
@@ -145,7 +145,7 @@ def test_hosts_and_nodes_that_meet_nothing_are_counted() -> None:
 def faults_of(m: ClusterModel, data: dict[str, list[dict[str, object]]], previous: ufm.UfmFabric | None = None) -> dict[str, list[tuple[bool, str]]]:
     graph = graph_of(m, reports=True)
     fabric = ufm.remember(previous, ufm.from_listings(data))
-    ufm.apply(graph, fabric)
+    ufm_graph.apply(graph, fabric)
     return {n: [(f.failure, f.text) for f in fs] for n, fs in graph.fabric_faults.items()}
 
 
@@ -197,7 +197,7 @@ def test_fabric_faults_turn_member_health_as_the_agents_report_would() -> None:
     healthy = member_health(report, node_ready=True, agent_alive=True)
     assert healthy.state is MemberState.HEALTHY
     graph = graph_of(m, reports=True)
-    ufm.apply(graph, ufm.remember(ufm.from_listings(listings(m)),
+    ufm_graph.apply(graph, ufm.remember(ufm.from_listings(listings(m)),
                                   ufm.from_listings(listings(m, faults={("node02", 0): Fault("down")}))))  # fmt: skip
     failed = with_fabric_faults(healthy, graph.fabric_faults["node02"])
     assert failed.state is MemberState.UNHEALTHY and failed.causes == {"RDMA"}
@@ -205,7 +205,7 @@ def test_fabric_faults_turn_member_health_as_the_agents_report_would() -> None:
     assert with_fabric_faults(silent, graph.fabric_faults["node02"]).state is MemberState.UNHEALTHY
     slow = ufm.from_listings(listings(m, faults={("node02", 0): Fault("slow")}))
     graph = graph_of(m, reports=True)
-    ufm.apply(graph, slow)
+    ufm_graph.apply(graph, slow)
     grey = with_fabric_faults(healthy, graph.fabric_faults["node02"])
     assert grey.state is MemberState.HEALTHY and grey.is_degraded and grey.degraded_causes == {"RDMA"}
 

@@ -37,7 +37,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from aggregator.graph import FabricGraph
-from aggregator.sources import Cluster, OptionError, Source, Worker, ufm
+from aggregator.sources import Cluster, OptionError, Source, Worker, ufm, ufm_graph
 from aggregator.sources.ibnetdiscover import HostNames
 
 log = logging.getLogger(__name__)
@@ -389,7 +389,7 @@ class UfmSource(Source):
     def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
         if self._facts is None:
             return
-        warnings = ufm.apply(graph, self._facts, self.host_names)
+        warnings = ufm_graph.apply(graph, self._facts, self.host_names)
         graph.warnings.extend(f"{self.name}: {w}" for w in warnings)
         if cluster.include_fabric_hosts:  # render without a cluster: the hosts UFM names are the nodes
             for host in graph.fabric_hosts():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 def normalise_guid(text: str) -> str:
@@ -25,9 +26,9 @@ def normalise_guid(text: str) -> str:
     return digits.zfill(16)
 
 
-@dataclass(frozen=True)
-class NodeFacts:
-    """What one node's own report says about where it is cabled."""
+class NodeFacts(NamedTuple):
+    """What one node's own report says about where it is cabled (a named tuple: 100,000 of them
+    are made per full build, at a tenth of a frozen dataclass's cost)."""
 
     switches: frozenset[str] = frozenset()  # switch IDs seen by LLDP on the node's ports
     guids: frozenset[str] = frozenset()  # normalised node/port GUIDs of its HCAs
@@ -104,6 +105,24 @@ class FabricGraph:
         if nvlink:
             self.nvlink_declared.setdefault(node, nvlink)
 
+    def declare_block(self, nodes: Iterable[str], switch: str, nvlink: str | None = None) -> None:
+        """`declare` for every node of a block cabled to one switch (a model's block): one call
+        per block instead of per node, which is most of a model's cost at 100,000 nodes."""
+        nodes = tuple(nodes)
+        self.nodes.update(nodes)
+        self.switches.add(switch)
+        declared = self.declared
+        for node in nodes:
+            found = declared.get(node)
+            if found is None:
+                declared[node] = {switch}
+            else:
+                found.add(switch)
+        if nvlink:
+            known = self.nvlink_declared
+            for node in nodes:
+                known.setdefault(node, nvlink)
+
     def set_labels(self, levels: Iterable[str], labels: Mapping[str, Mapping[str, str]]) -> None:
         """Node labels for the ordered label levels (broadest first); see sources.labels."""
         self.label_levels = tuple(levels)
@@ -120,12 +139,16 @@ class FabricGraph:
     # -- reading --------------------------------------------------------------------------------
     def attached_switches(self, node: str) -> frozenset[str]:
         """Every switch the node is cabled to, by any source."""
-        facts = self.facts.get(node, NodeFacts())
-        found = set(facts.switches)
-        for guid in facts.guids:
-            found.update(self.attached_by_guid.get(guid, ()))
-        found.update(self.attached_by_host.get(node, ()))
-        found.update(self.declared.get(node, ()))
+        facts = self.facts.get(node)
+        found = set(facts.switches) if facts is not None else set()
+        if facts is not None and self.attached_by_guid:  # only dumps and UFM attach by GUID
+            for guid in facts.guids:
+                found.update(self.attached_by_guid.get(guid, ()))
+        if self.attached_by_host:
+            found.update(self.attached_by_host.get(node, ()))
+        declared = self.declared.get(node)
+        if declared:
+            found |= declared
         return frozenset(found)
 
     def nvlink_of(self, node: str) -> str | None:

@@ -27,6 +27,7 @@ real transition. Time is a parameter (`now`, seconds since the epoch), never rea
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
@@ -77,17 +78,10 @@ def member_health(
         return MemberHealth(MemberState.UNKNOWN, ("agent not running",), frozenset({"AgentGone"}))
     if report is None:
         return MemberHealth(MemberState.UNKNOWN, ("no NodeTopology report",), frozenset({"ReportMissing"}))
-    problems: list[str] = []
-    causes: set[str] = set()
+    if node_ready is not False and _all_clear(report):
+        return HEALTHY  # the common case, decided without building anything
     grey = grey_findings(report)
-    for component, label in FABRIC_COMPONENTS.items():
-        health = report.health.get(component)
-        if health is None or health.state not in (Health.FAILED, Health.DEGRADED):
-            continue
-        hard = _hard_reason(component, health, grey.get(component, ()))
-        if hard is not None:
-            problems.append(f"{label} {health.state.value}{': ' + hard if hard else ''}")
-            causes.add(label)
+    problems, causes = _component_problems(report, grey)
     domain = report.nvml.domain if report.nvml else None
     if domain is not None and domain.state != "completed" and "NVLink" not in causes:
         problems.append(f"NVLink fabric {domain.state}")
@@ -102,6 +96,40 @@ def member_health(
     if degraded:
         return MemberHealth(MemberState.HEALTHY, (), frozenset(), degraded, degraded_causes)
     return HEALTHY
+
+
+_BAD = (Health.FAILED, Health.DEGRADED)
+
+
+def _component_problems(
+    report: NodeReport, grey: Mapping[str, tuple[str, ...]]
+) -> tuple[list[str], set[str]]:
+    """The failures of the fabric components (grey-only ones left out), and their labels."""
+    problems: list[str] = []
+    causes: set[str] = set()
+    for component, label in FABRIC_COMPONENTS.items():
+        health = report.health.get(component)
+        if health is None or health.state not in _BAD:
+            continue
+        hard = _hard_reason(component, health, grey.get(component, ()))
+        if hard is not None:
+            problems.append(f"{label} {health.state.value}{': ' + hard if hard else ''}")
+            causes.add(label)
+    return problems, causes
+
+
+def _all_clear(report: NodeReport) -> bool:
+    """No finding, no fabric component failed or degraded, the NVLink fabric (if any) complete:
+    what `member_health` would find healthy, checked without building its messages."""
+    if getattr(report, "findings", ()):
+        return False
+    health = report.health
+    for component in FABRIC_COMPONENTS:
+        found = health.get(component)
+        if found is not None and found.state in _BAD:
+            return False
+    domain = report.nvml.domain if report.nvml else None
+    return domain is None or domain.state == "completed"
 
 
 def with_fabric_faults(health: MemberHealth, faults: Sequence[FabricFault]) -> MemberHealth:
@@ -181,6 +209,12 @@ class Threshold:
         return f"{int(self.value)} nodes" if self.value >= 1 else f"{self.value:.0%} of nodes"
 
 
+@functools.lru_cache(maxsize=256)
+def _stamp(seconds: float) -> str:
+    """RFC 3339 of a transition time; the same few instants recur across every domain's conditions."""
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass(frozen=True)
 class Condition:
     status: str  # "True" | "False" | "Unknown"
@@ -190,7 +224,7 @@ class Condition:
     type: str = READY  # READY or FABRIC_DEGRADED
 
     def to_wire(self, observed_generation: int | None = None) -> dict[str, object]:
-        stamp = datetime.fromtimestamp(self.last_transition, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = _stamp(self.last_transition)
         wire: dict[str, object] = {
             "type": self.type,
             "status": self.status,
@@ -358,7 +392,7 @@ class DegradedConditions:
 
     def reset(self, health: Mapping[str, MemberHealth], domains: Iterable[str]) -> None:
         """After a full rebuild: every member's health, and the domains that still exist."""
-        self.members = {n for n, h in health.items() if h.is_degraded}
+        self.members = {n for n, h in health.items() if h.degraded}  # is_degraded, 100,000 times
         self.hold.forget(domains)
 
     def note(self, node: str, health: MemberHealth) -> None:

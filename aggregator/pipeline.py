@@ -27,6 +27,7 @@ from agent.report import NodeReport
 from aggregator import render as hypernodes
 from aggregator.graph import FabricGraph
 from aggregator.health import (
+    HEALTHY,
     Condition,
     DegradedConditions,
     HoldDown,
@@ -170,9 +171,7 @@ class Pipeline:
         self._classes = NodeClasses.of(self._graph)
         tree = self._tree = infer(self._graph, self._classes)
         self._names = hypernodes.names(tree)
-        self._health = {n: self._member(n) for n in self._graph.nodes}
-        self._unhealthy = {n for n, h in self._health.items() if h.state is MemberState.UNHEALTHY}
-        self._unknown = {n for n, h in self._health.items() if h.state is MemberState.UNKNOWN}
+        self._judge_members()
         self.hold.forget(tree.domains)
         self.degraded.reset(self._health, tree.domains)
         previous = self._objects
@@ -259,6 +258,15 @@ class Pipeline:
             return health
         problem = f"not cabled to {', '.join(missing)} (the rest of its leaf domain is)"
         return MemberHealth(MemberState.UNHEALTHY, (*health.problems, problem), health.causes | {CABLING})
+
+    def _judge_members(self) -> None:
+        """Every member's health, and which are unhealthy or unknown (most members share the one
+        HEALTHY value, so the identity check settles them)."""
+        member = self._member
+        self._health = health = {n: member(n) for n in self._graph.nodes}
+        bad = [(n, h.state) for n, h in health.items() if h is not HEALTHY]
+        self._unhealthy = {n for n, state in bad if state is MemberState.UNHEALTHY}
+        self._unknown = {n for n, state in bad if state is MemberState.UNKNOWN}
 
     def _refresh_node(self, node: str, now: float) -> Desired:
         self._note(node, self._member(node))
@@ -363,11 +371,14 @@ class Pipeline:
         return hypernodes.hypernode(self._tree.domains[key], self._names, self._condition(key, now))
 
     def _labels(self, tree: DomainTree) -> dict[str, dict[str, str]]:
+        """Every node's labels; the nodes of one class share their chain of domains, so each
+        chain is worked out once per class (every node gets its own copy)."""
         out: dict[str, dict[str, str]] = {}
-        for node in self._graph.nodes:
-            keys = tree.domains_of(node)
+        for members in self._classes.members.values():
+            keys = tree.domains_of(next(iter(members)))
             if keys:
-                out[node] = {NODE_LABEL_PREFIX + tree.domains[k].tier_name: self._names[k] for k in keys}
+                labels = {NODE_LABEL_PREFIX + tree.domains[k].tier_name: self._names[k] for k in keys}
+                out.update((node, dict(labels)) for node in members)
         return out
 
     def _desired(self, changed: frozenset[str]) -> Desired:

@@ -61,9 +61,12 @@ def names(tree: DomainTree) -> dict[str, str]:
 
 
 def _members(td: TreeDomain, name_of: Mapping[str, str]) -> list[dict[str, Any]]:
-    members = [("HyperNode", name_of[child]) for child in td.children]
-    members += [("Node", node) for node in td.direct_nodes]
-    return [{"type": kind, "selector": {"exactMatch": {"name": name}}} for kind, name in sorted(members)]
+    """HyperNode members first, then Nodes, each sorted by name ("HyperNode" < "Node"; the direct
+    nodes come sorted): one entry per node of the cluster over all domains, so no tuples, no sort."""
+    children = sorted(name_of[child] for child in td.children)
+    members = [{"type": "HyperNode", "selector": {"exactMatch": {"name": name}}} for name in children]
+    members += [{"type": "Node", "selector": {"exactMatch": {"name": node}}} for node in td.direct_nodes]
+    return members
 
 
 def hypernode(

@@ -40,9 +40,24 @@ class NodeClasses:
 
     @classmethod
     def of(cls, graph: FabricGraph) -> NodeClasses:
-        classes = cls()
+        """The classes of every node: the ids `move` would give node by node in name order (a
+        class's id follows where its first node comes), built in one pass per class."""
+        grouped: dict[Signature, list[str]] = {}
         for node in sorted(graph.nodes):
-            classes.move(node, signature_of(graph, node))
+            signature = signature_of(graph, node)
+            found = grouped.get(signature)
+            if found is None:
+                grouped[signature] = [node]
+            else:
+                found.append(node)
+        classes = cls()
+        for number, (signature, nodes) in enumerate(grouped.items()):
+            cid = f"c{number}"
+            classes.of_signature[signature] = cid
+            classes.signature[cid] = signature
+            classes.members[cid] = set(nodes)
+            classes.of_node.update(dict.fromkeys(nodes, cid))
+        classes._next = len(grouped)
         return classes
 
     def move(self, node: str, signature: Signature | None) -> set[str]:

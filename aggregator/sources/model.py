@@ -30,9 +30,9 @@ def apply(graph: FabricGraph, model: ClusterModel, *, declare_nodes: bool = True
                 cluster_uuid, clique = fabric_of(block.domain)
                 domains[block.domain] = f"{cluster_uuid}/{clique}"
             nvlink = domains[block.domain]
-        for node in block.nodes:
-            if declare_nodes or node in graph.nodes:
-                graph.declare(node, block.switch, nvlink)
+        known = graph.nodes
+        nodes = block.nodes if declare_nodes else [n for n in block.nodes if n in known]
+        graph.declare_block(nodes, block.switch, nvlink)
 
 
 class ModelFile(Source):

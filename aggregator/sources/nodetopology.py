@@ -30,6 +30,7 @@ from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
 from aggregator.sources import Cluster, Source, regex_option
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+NULL_GUID = "0" * 16
 
 
 def switch_id(system_name: str | None, chassis_id: str) -> str:
@@ -87,26 +88,36 @@ def is_switch(neighbour: LldpNeighbour) -> bool:
 def cabled_switches(report: NodeReport, fabric_pattern: str | None = None) -> frozenset[str]:
     """IDs of the switches the node's fabric NICs are cabled to, from its LLDP neighbours."""
     fabric = fabric_interfaces(report, fabric_pattern)
-    return frozenset(
-        switch_id(n.system_name, n.chassis_id)
-        for n in report.lldp
-        if (fabric is None or n.interface in fabric) and is_switch(n)
-    )
+    found = set()
+    for n in report.lldp:  # is_switch and switch_id inlined: once per neighbour of every node
+        if fabric is not None and n.interface not in fabric:
+            continue
+        if n.capabilities is not None and SWITCH_CAPABILITIES.isdisjoint(n.capabilities):
+            continue
+        found.add((n.system_name or "").strip() or n.chassis_id.strip().lower())
+    return frozenset(found)
+
+
+def _guids(report: NodeReport) -> frozenset[str]:
+    """The normalised GUIDs of the node's HCAs: node and system image GUIDs, and the port GUIDs
+    inside their GIDs (the null GUID of an unset GID left out)."""
+    guids: set[str] = set()
+    for device in report.rdma:
+        node_guid, image_guid = device.node_guid, device.sys_image_guid
+        if node_guid:
+            guids.add(normalise_guid(node_guid))
+        if image_guid and image_guid != node_guid:
+            guids.add(normalise_guid(image_guid))
+        for port in device.ports:
+            for gid in port.gids:
+                guid = _gid_guid(gid)
+                if guid and guid != NULL_GUID:
+                    guids.add(guid)
+    return frozenset(guids)
 
 
 def facts_of(report: NodeReport, fabric_pattern: str | None = None) -> NodeFacts:
-    guids: set[str] = set()
-    for device in report.rdma:
-        for guid in (device.node_guid, device.sys_image_guid):
-            if guid:
-                guids.add(normalise_guid(guid))
-        for port in device.ports:
-            guids.update(g for g in (_gid_guid(gid) for gid in port.gids) if g and g != "0" * 16)
-    return NodeFacts(
-        switches=cabled_switches(report, fabric_pattern),
-        guids=frozenset(guids),
-        nvlink=nvlink_domain_id(report),
-    )
+    return NodeFacts(cabled_switches(report, fabric_pattern), _guids(report), nvlink_domain_id(report))
 
 
 def apply(graph: FabricGraph, report: NodeReport, fabric_pattern: str | None = None) -> None:

@@ -5,14 +5,15 @@ fabric graph (issue 12's target: under 1 s). A row of `python tests/bench_aggreg
 
 The fabric is rail-optimised: groups of 80 hosts, `--hcas` HCAs each (one rail per HCA), one leaf
 per group and rail (hosts x rails / 80 leaves), the remaining switches as spines (nine in ten) and
-cores above them (eight HCAs per host need 1,000 leaves: more than 600 switches). The ports, links,
-systems and unhealthy-ports listings come from the UFM stand-in's generator (tests/ufm_standin.py,
-every port field UFM's guide documents, about 1.1 KiB a port as UFM sends it; not timed) and are
-serialised to the bytes the adapter receives. Timed, best and median of three, from those bytes to
-the facts in the graph, as the adapter and the source run them: `sources.ufm.from_bodies` (read:
-JSON decoding, parsing, freeing the decoded JSON) and `sources.ufm_graph.apply` into a graph whose nodes
-carry their reported GUIDs (merge, the join by GUID); `wall` is both, `cpu` the process CPU time of
-both (less sensitive to a shared machine).
+cores above them (eight HCAs per host need 1,000 leaves: more than 600 switches). UFM lists every
+port of a switch, cabled or not: each switch has 64 ports at least (`--radix`; unused ones Down,
+Polling, no peer). The ports, links, systems and unhealthy-ports listings come from the UFM
+stand-in's generator (tests/ufm_standin.py, every port field UFM's guide documents, about 1.1 KiB a
+cabled port as UFM sends it; not timed) and are serialised to the bytes the adapter receives.
+Timed, best and median of three, from those bytes to the facts in the graph, as the adapter and the
+source run them: `sources.ufm.from_bodies` (read: JSON decoding, parsing, freeing the decoded JSON)
+and `sources.ufm_graph.apply` into a graph whose nodes carry their reported GUIDs (merge, the join
+by GUID); `wall` is both, `cpu` the process CPU time of both (less sensitive to a shared machine).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
 from aggregator.sources import ufm, ufm_graph
 
 RAILS = 4
+RADIX = 64  # NDR switches (QM9700): 64 ports, each listed by UFM, cabled or not
 GROUP = 80
 
 
@@ -67,9 +69,9 @@ def graph_with_reports(model: ClusterModel, rails: int = RAILS) -> FabricGraph:
     return graph
 
 
-def bench(hosts: int = 10_000, switches: int = 600, rails: int = RAILS) -> dict[str, object]:
+def bench(hosts: int = 10_000, switches: int = 600, rails: int = RAILS, radix: int = RADIX) -> dict[str, object]:
     model = fabric_model(hosts, switches, rails)
-    bodies = {name: json.dumps(items).encode() for name, items in listings(model).items()}
+    bodies = {name: json.dumps(items).encode() for name, items in listings(model, radix=radix).items()}
     phases: dict[str, list[float]] = {"read": [], "merge": [], "cpu": [], "wall": []}
     for _ in range(3):
         graph = graph_with_reports(model, rails)  # not timed: the reports are already in the graph
@@ -88,6 +90,7 @@ def bench(hosts: int = 10_000, switches: int = 600, rails: int = RAILS) -> dict[
         "hcas_per_host": rails,
         "switches": fabric.switch_count(),
         "ports": len(fabric.ports),
+        "switch_ports_listed_at_least": radix,
         "cables": len(fabric.links),
         "response_mib": round(sum(len(b) for b in bodies.values()) / 2**20, 1),
         "nodes_placed": placed,
@@ -101,9 +104,11 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=10_000)
     parser.add_argument("--switches", type=int, default=600)
     parser.add_argument("--hcas", type=int, nargs="+", default=[1, RAILS, 8], help="HCAs (rails) per host")
+    parser.add_argument("--radix", type=int, default=RADIX, help="ports UFM lists per switch at least (unused "
+                        "ones Down/Polling); 0: only the cabled ones")  # fmt: skip
     args = parser.parse_args()
     for rails in args.hcas:
-        print(json.dumps(bench(args.hosts, args.switches, rails)), flush=True)
+        print(json.dumps(bench(args.hosts, args.switches, rails, args.radix)), flush=True)
 
 
 if __name__ == "__main__":

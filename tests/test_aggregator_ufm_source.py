@@ -84,6 +84,16 @@ def test_each_listing_alone_gives_the_cabling(variant: dict[str, bool]) -> None:
     assert specs(tree_from_ufm(m, listings(m, **variant))) == specs(tree_from_dump(m))
 
 
+def test_unused_switch_ports_change_nothing() -> None:
+    """UFM lists every port of a switch; those with nothing plugged in (Down/Polling, no peer, no
+    rate) are no cable and no fault."""
+    m = model("fat-tree-3tier.yaml")
+    data = listings(m, radix=64)
+    assert len(data["ports"]) > len(listings(m)["ports"])
+    assert specs(tree_from_ufm(m, data)) == specs(tree_from_dump(m))
+    assert faults_of(m, data) == {}
+
+
 def test_volcano_style_ports_naming_only_the_switch_give_the_leaves() -> None:
     """What Volcano's discoverer reads: Computer IB Ports with system_name and peer_node_name."""
     data = [

@@ -18,7 +18,7 @@ import ssl
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -48,8 +48,9 @@ class _Port:
 
 
 def _port_object(port: _Port, *, state: str, lane: str, peers: bool) -> Obj:
-    logical, physical = {"up": ("Active", "Link Up"), "down": ("Down", "Disabled"),
-                         "polling": ("Down", "Polling")}.get(state, ("Active", "Link Up"))  # fmt: skip
+    logical, physical = {"up": ("Active", "Link Up"), "down": ("Down", "Disabled"), "polling": ("Down", "Polling"),
+                         "unused": ("Down", "Polling")}.get(state, ("Active", "Link Up"))  # fmt: skip
+    unused = state == "unused"  # nothing plugged in: no rate, and (as UFM's guide shows) no enabled rates
     dname = str(port.number) if not port.switch else f"1/{(port.number + 1) // 2}/{2 - port.number % 2}"
     kind = "Switch" if port.switch else "Computer"
     obj: Obj = {  # every field UFM's guide lists for a port, so a large answer is as large as UFM's
@@ -68,12 +69,12 @@ def _port_object(port: _Port, *, state: str, lane: str, peers: bool) -> Obj:
         "description": f"{kind} IB Port",
         "logical_state": logical,
         "physical_state": physical,
-        "active_speed": lane,
-        "active_width": "4x",
-        "enabled_speed": ENABLED_SPEEDS,
-        "enabled_width": ["1x", "2x", "4x"],
-        "supported_speed": SUPPORTED_SPEEDS,
-        "supported_width": ["1x", "2x", "4x", "8x", "12x"],
+        "active_speed": None if unused else lane,
+        "active_width": None if unused else "4x",
+        "enabled_speed": [] if unused else ENABLED_SPEEDS,
+        "enabled_width": [] if unused else ["1x", "2x", "4x"],
+        "supported_speed": [] if unused else SUPPORTED_SPEEDS,
+        "supported_width": [] if unused else ["1x", "2x", "4x", "8x", "12x"],
         "severity": "Info" if state == "up" else "Critical",
         "high_ber_severity": "N/A",
         "tier": 1,
@@ -112,11 +113,13 @@ def listings(
     with_systems: bool = True,
     with_unhealthy: bool = True,
     only: Collection[str] | None = None,
+    radix: int = 0,
 ) -> dict[str, list[Obj]]:
     """{"ports": [...], "links": [...], "systems": [...], "unhealthy_ports": [...]} for the model's
     fabric; `faults` keys are (node, hca index) and mark that HCA's cable (down, polling, slow, or
     unhealthy: UFM's mark on the `side` end); `peers=False` leaves the peer fields out of port
-    objects (cabling only from the links listing)."""
+    objects (cabling only from the links listing); `radix` lists every switch with that many ports at
+    least, as UFM lists a switch's unused ports too (Down/Polling, no peer, no rate)."""
     faults = faults or {}
     ports: dict[tuple[str, int], _Port] = {}
     next_port: dict[str, int] = defaultdict(int)
@@ -144,23 +147,44 @@ def listings(
         sw = switch_port(leaf)
         _cable(host, sw)
         cables.append(((guid, 1), (sw.guid, sw.number), (node, hca)))
+    for switch in sorted(kept & set(model.switches)):
+        _unused_ports(switch, next_port, radix, switch_port)
     states = _states(cables, faults)
-    port_objects = [
-        _port_object(p, state=states.get(k, ("up", NDR_LANE))[0], lane=states.get(k, ("up", NDR_LANE))[1], peers=peers)
-        for k, p in sorted(ports.items(), key=lambda kv: (kv[1].system_name, kv[0][1]))
-    ]
-    out: dict[str, list[Obj]] = {"ports": port_objects}
+    out: dict[str, list[Obj]] = {"ports": _port_objects(ports, states, peers=peers)}
     if with_links:
         out["links"] = [_link_object(ports[a], ports[b]) for a, b, _ in cables
                         if states.get(a, ("up",))[0] in ("up", "slow") and states.get(b, ("up",))[0] in ("up", "slow")]  # fmt: skip
     if with_systems:
         out["systems"] = _systems(model, kept, {node for _, node, _ in hca_attachments(model)})
     if with_unhealthy:
-        out["unhealthy_ports"] = [
-            _unhealthy_object(ports[switch if faults[hca].side == "switch" else host], ports)
-            for host, switch, hca in cables
-            if hca is not None and hca in faults and faults[hca].state == "unhealthy"
-        ]
+        out["unhealthy_ports"] = _unhealthy_objects(cables, faults, ports)
+    return out
+
+
+def _unhealthy_objects(
+    cables: list[tuple[tuple[str, int], tuple[str, int], tuple[str, int] | None]],
+    faults: dict[tuple[str, int], Fault],
+    ports: dict[tuple[str, int], _Port],
+) -> list[Obj]:
+    return [
+        _unhealthy_object(ports[switch if faults[hca].side == "switch" else host], ports)
+        for host, switch, hca in cables
+        if hca is not None and hca in faults and faults[hca].state == "unhealthy"
+    ]
+
+
+def _unused_ports(switch: str, used: dict[str, int], radix: int, add: Callable[[str], object]) -> None:
+    """The switch's ports beyond those cabled, up to `radix`: nothing plugged in."""
+    for _ in range(used[switch], radix):
+        add(switch)
+
+
+def _port_objects(ports: dict[tuple[str, int], _Port], states: dict[tuple[str, int], tuple[str, str]], *, peers: bool) -> list[Obj]:
+    """The port listing in UFM's order (by system, then port number); a port without a cable is unused."""
+    out = []
+    for key, port in sorted(ports.items(), key=lambda kv: (kv[1].system_name, kv[0][1])):
+        state, lane = states.get(key, ("up", NDR_LANE)) if port.peer is not None else ("unused", NDR_LANE)
+        out.append(_port_object(port, state=state, lane=lane, peers=peers))
     return out
 
 

@@ -444,7 +444,9 @@ def _peers(items: list[Mapping[str, Any]], by_name: Mapping[str, Key]) -> list[K
     the listing is found by name; any other spelling, or a port not listed, the long way."""
     found: list[Key | None] = list(map(by_name.get, map(methodcaller("get", "peer"), items)))
     for index in [i for i, key in enumerate(found) if key is None]:  # no peer (no link), or unlisted
-        found[index] = _peer(items[index])
+        item = items[index]
+        if "peer" in item or "peer_guid" in item or "peer_port_name" in item:  # not a port without a link
+            found[index] = _peer(item)
     return found
 
 

@@ -6,12 +6,13 @@ recreated) fails the gang at once with the server's reason and rolls back what w
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Sequence
 
 import pytest
 
 from agent.api_error import ApiError
-from aggregator.placement.binder import Backoff, Binder, BindItem, BindOutcome
+from aggregator.placement.binder import Backoff, Binder, BindItem, BindOutcome, already_ours
 
 GANG = ("ns", "g")
 THROTTLED = ApiError(429, "TooManyRequests", "too many requests, please try again later")
@@ -123,3 +124,20 @@ def test_a_uid_precondition_conflict_is_not_mistaken_for_our_own_bind() -> None:
     outcome, _ = bind_gang(api)
     assert not outcome.ok and "UID in the precondition" in outcome.failed[("ns", "p-1")]
     assert api.binds.count("p-1") == 1
+
+
+@pytest.mark.apiserver
+def test_the_real_api_servers_second_binding_refusal_is_recognised_only_for_the_same_node(apiserver) -> None:  # type: ignore[no-untyped-def]
+    from agent.adapters import kube
+
+    api = kube.connect(str(apiserver.kubeconfig))
+    name = f"twice-{uuid.uuid4().hex[:8]}"
+    pod = api.create(kube.PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    try:
+        api.bind("default", name, pod["metadata"]["uid"], "n-0")
+        with pytest.raises(ApiError) as again:
+            api.bind("default", name, pod["metadata"]["uid"], "n-0")
+        assert already_ours(again.value, "n-0") and not already_ours(again.value, "n-1")
+    finally:
+        api.delete_pod("default", name, pod["metadata"]["uid"], grace_seconds=0)

@@ -22,14 +22,14 @@ import functools
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, compress
 from operator import attrgetter, itemgetter
 
 from aggregator.graph import FabricFault, FabricGraph
 from aggregator.sources.ibnetdiscover import HostNames
 from aggregator.sources.ufm import HOST, SWITCH, Key, UfmFabric, UfmPort
 
-_GUID, _SYSTEM = itemgetter(0), attrgetter("system_guid")  # a UfmPort's port GUID, its system's GUID
+_GUID, _SYSTEM, _KIND = itemgetter(0), attrgetter("system_guid"), attrgetter("kind")  # UfmPort fields
 
 
 def switch_names(fabric: UfmFabric) -> dict[str, str]:
@@ -116,16 +116,16 @@ def apply(graph: FabricGraph, fabric: UfmFabric, hosts: HostNames | None = None)
     names = switch_names(fabric)
     host_cables = _cables(graph, fabric, names)
     by_name = {name: name for name in names.values()}
-    ports, uncabled = fabric.ports, fabric.ports.keys() - set(chain.from_iterable(fabric.links))
-    named = [ports[key] for key in uncabled]  # Volcano's minimal data: a host port naming its switch only
-    named = [port for port in named if port.kind == HOST and port.peer_node_name in by_name and port.up]
+    hca_ports = list(compress(fabric.ports.values(), map(HOST.__eq__, map(_KIND, fabric.ports.values()))))
+    cabled = set(chain.from_iterable(fabric.links))  # Volcano's minimal data: a host port naming its switch only
+    named = [p for p in hca_ports if p.peer_node_name in by_name and p.up and (p.guid, p.number) not in cabled]
     join.attach([hca for hca, _, _ in host_cables] + named,
                 [switch for _, _, switch in host_cables] + [by_name[port.peer_node_name] for port in named])  # fmt: skip
     join.commit(graph)
     graph.switches.update(names.values())
     for node, faults in port_faults(fabric, host_cables, join).items():
         graph.add_fabric_faults(node, faults)
-    return _unmatched(graph, fabric, join) if graph.nodes else []
+    return _unmatched(graph, hca_ports, join) if graph.nodes else []
 
 
 HostCable = tuple[UfmPort, UfmPort, str]  # (HCA port, switch port, switch ID)
@@ -215,9 +215,8 @@ def _by_key(port: UfmPort) -> Key:
     return port.key
 
 
-def _unmatched(graph: FabricGraph, fabric: UfmFabric, join: _Join) -> list[str]:
+def _unmatched(graph: FabricGraph, hca_ports: list[UfmPort], join: _Join) -> list[str]:
     """Hosts UFM names that are no node, nodes that no UFM host names or reports the GUID of."""
-    hca_ports = [p for p in fabric.ports.values() if p.kind == HOST]
     reported = join.reported_all(hca_ports)
     matched = set(reported) | {n for n in join.by_name if n in graph.nodes}
     unreported = [p for p, node in zip(hca_ports, reported, strict=True) if node is None]

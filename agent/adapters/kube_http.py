@@ -48,6 +48,10 @@ class _Closed(ProtocolError):
     """The connection ended before the answer's first byte: the idle-close race when reused."""
 
 
+# how a connection the server closed shows when we write to it or wait for its answer's first line
+_IDLE_CLOSED = (_Closed, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError, ssl.SSLZeroReturnError)
+
+
 @dataclass(frozen=True)
 class Server:
     """Where the API server is and how to reach it: host, port, TLS (None: plain HTTP), the name
@@ -311,7 +315,7 @@ class Pool:
                 connection.set_timeout(read_timeout)
                 connection.sock.sendall(message)
                 status, reason, headers, keep_alive = _head(connection.reader)
-            except (_Closed, ConnectionResetError, BrokenPipeError):
+            except _IDLE_CLOSED:
                 connection.close()
                 if reused and attempt == 0:
                     continue  # the server closed it while idle: our request never reached it

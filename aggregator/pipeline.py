@@ -290,7 +290,8 @@ class Pipeline:
         old = self._tree
         assert old is not None
         tree = self._tree = infer(self._graph, self._classes, previous=old, dirty=dirty)
-        changed_keys = {k for k, td in tree.domains.items() if old.domains.get(k) != td}
+        before = old.domains.get
+        changed_keys = {k for k, td in tree.domains.items() if before(k) is not td and before(k) != td}
         removed = old.domains.keys() - tree.domains.keys()
         names: set[str] = set()
         for key in removed:

@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from aggregator.graph import FabricGraph
 from aggregator.tier_classes import NodeClasses
@@ -26,12 +26,26 @@ NVLINK = "nvlink"
 K = TypeVar("K")
 
 
-@dataclass(frozen=True)
-class Domain:
+class Domain(NamedTuple):
+    """A candidate domain: its nodes are class ids in inference, node names in the tree (a named
+    tuple: thousands are made per inference)."""
+
     key: str  # unique: kind + identity
     kind: str
     identity: tuple[str, ...]  # switch IDs, the clique, or the label path
     nodes: frozenset[str]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _switch_identity(kind: str, switches: frozenset[str]) -> tuple[str, tuple[str, ...]]:
+    """Key and identity of a domain named by its switches (the same sets recur every inference)."""
+    identity = tuple(sorted(switches))
+    return f"{kind}:" + "+".join(identity), identity
+
+
+def _switch_domain(kind: str, switches: frozenset[str], classes: Iterable[str]) -> Domain:
+    key, identity = _switch_identity(kind, switches)
+    return Domain(key, kind, identity, frozenset(classes))
 
 
 def _group(pairs: Iterable[tuple[str, K | None]]) -> dict[K, set[str]]:
@@ -61,14 +75,9 @@ def _switch_domains(
             hosts_on[switch] += weight
     promoted = promoted_switches(graph, hosts_on)
     # a node's leaf set leaves out spines it is also cabled to; a node only on spines has no leaf
-    leaf_groups, uncabled = _leaf_groups(
-        {c: (sw - promoted) or sw for c, sw in attached.items() if sw}, classes.weight
-    )
-    domains = [
-        Domain("leaf:" + "+".join(sorted(sw)), "leaf", tuple(sorted(sw)), frozenset(ns))
-        for sw, ns in leaf_groups.items()
-        if not sw & promoted
-    ]
+    leaf_sets = {c: (sw - promoted) or sw for c, sw in attached.items() if sw} if promoted else attached
+    leaf_groups, uncabled = _leaf_groups({c: sw for c, sw in leaf_sets.items() if sw}, classes.weight)
+    domains = [_switch_domain("leaf", sw, ns) for sw, ns in leaf_groups.items() if not sw & promoted]
     leaves = {s for sw in leaf_groups for s in sw} - promoted
     levels = classes.levels(graph, frozenset(leaves))
     top = max(levels.height.values(), default=0)
@@ -95,7 +104,7 @@ def _leaf_groups(
     groups: dict[frozenset[str], set[str]] = {}
     holding: dict[str, list[frozenset[str]]] = defaultdict(list)  # leaf -> groups with it
     uncabled: dict[str, tuple[str, ...]] = {}
-    for switches in sorted(exact, key=lambda sw: (-size[sw], -len(sw), sorted(sw))):
+    for switches in sorted(exact, key=lambda sw: (-size[sw], -len(sw), _switch_identity("leaf", sw)[1])):
         shared: dict[frozenset[str], int] = defaultdict(int)
         for leaf in switches:
             for group in holding[leaf]:
@@ -142,15 +151,7 @@ def _level_domains(
         members[root].update(at_level)
         node_sets[root].update(nodes)
     kind = switch_kind(level)
-    return [
-        Domain(
-            f"{kind}:" + "+".join(sorted(members[r])),
-            kind,
-            tuple(sorted(members[r])),
-            frozenset(node_sets[r]),
-        )
-        for r in members
-    ]
+    return [_switch_domain(kind, frozenset(members[r]), node_sets[r]) for r in members]
 
 
 def _label_domains(graph: FabricGraph, classes: NodeClasses, first_level: int) -> list[Domain]:

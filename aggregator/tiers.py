@@ -44,8 +44,9 @@ classes changed get new node sets (`infer(..., previous=, dirty=)`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Set
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from aggregator.graph import FabricGraph
 from aggregator.tier_candidates import NVLINK, Domain, candidates
@@ -142,44 +143,47 @@ def _ranked_kinds(candidates: list[Domain], switch_levels: int, label_levels: in
     return [*base[:position], NVLINK, *base[position:]]
 
 
+_key = attrgetter("key")
+
+
 @dataclass
 class _Nesting:
-    """Domains (over classes) accepted smallest rank first; counts are of nodes (class weights)."""
+    """Domains (over classes) accepted smallest rank first.
 
-    weight: Callable[[str], int]
-    top: dict[str, str] = field(
-        default_factory=dict
-    )  # class -> key of the largest accepted domain holding it
+    `top` holds, for each class, the largest accepted domain holding it so far: those are the
+    roots of the tree built so far, and every class of a root has that root as its top (a domain
+    that took only part of a root's classes would have partly overlapped it, and been dropped). So
+    a new domain partly overlaps a root it touches exactly when that root's classes are not all
+    among its own: a subset test, whatever the classes weigh."""
+
+    top: dict[str, str] = field(default_factory=dict)  # class -> key of the largest accepted domain
     accepted: dict[str, Domain] = field(default_factory=dict)
-    size: dict[str, int] = field(default_factory=dict)  # accepted key -> its number of nodes
     parent: dict[str, str] = field(default_factory=dict)
     children: dict[str, list[str]] = field(default_factory=dict)
-    direct: dict[str, list[str]] = field(default_factory=dict)
+    direct: dict[str, frozenset[str]] = field(default_factory=dict)  # classes in no child
     merged: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     dropped: list[tuple[str, str]] = field(default_factory=list)
 
     def offer(self, domain: Domain) -> None:
-        inside: dict[str | None, int] = defaultdict(int)
-        for node in domain.nodes:
-            inside[self.top.get(node)] += self.weight(node)
-        overlapped = sorted(k for k, count in inside.items() if k is not None and count != self.size[k])
+        top, classes = self.top, domain.nodes
+        found = set(map(top.get, classes))
+        loose = None in found  # some classes in no accepted domain yet
+        roots = {k for k in found if k is not None}
+        overlapped = [k for k in roots if not self.accepted[k].nodes <= classes]
         if overlapped:  # the first by name, so the reason does not depend on set order
-            key = overlapped[0]
+            key = min(overlapped)
             self.dropped.append((domain.key, f"partly overlaps {key}; kept {key}"))
             return
-        if len(inside) == 1 and None not in inside:
-            (same,) = inside
-            assert same is not None
-            self.merged[same].append(domain.key)  # same node set: one HyperNode
+        if not loose and len(roots) == 1:
+            self.merged[roots.pop()].append(domain.key)  # same node set: one HyperNode
             return
-        self.accepted[domain.key] = domain
-        self.size[domain.key] = sum(inside.values())
-        self.children[domain.key] = sorted(k for k in inside if k is not None)
-        self.direct[domain.key] = sorted(n for n in domain.nodes if n not in self.top)
-        for child in self.children[domain.key]:
-            self.parent[child] = domain.key
-        for node in domain.nodes:
-            self.top[node] = domain.key
+        key = domain.key
+        self.accepted[key] = domain
+        self.children[key] = sorted(roots)
+        self.direct[key] = frozenset([c for c in classes if c not in top]) if loose else frozenset()
+        for child in self.children[key]:
+            self.parent[child] = key
+        top.update(dict.fromkeys(classes, key))
 
 
 def infer(
@@ -195,16 +199,20 @@ def infer(
     classes = classes if classes is not None else NodeClasses.of(graph)
     found, switch_levels, uncabled = candidates(graph, classes)
     kinds = _ranked_kinds(found, switch_levels, len(graph.label_levels))
-    rank = {kind: i for i, kind in enumerate(kinds)}
-    nest = _Nesting(classes.weight)
-    for domain in sorted(found, key=lambda d: (rank[d.kind], d.key)):
-        nest.offer(domain)
-    used = [k for k in kinds if any(d.kind == k for d in nest.accepted.values())]
+    nest = _Nesting()
+    by_kind: dict[str, list[Domain]] = defaultdict(list)
+    for domain in found:
+        by_kind[domain.kind].append(domain)
+    for kind in kinds:  # lowest rank first, then by key
+        for domain in sorted(by_kind[kind], key=_key):
+            nest.offer(domain)
+    present = {d.kind for d in nest.accepted.values()}
+    used = [k for k in kinds if k in present]
     tier = {kind: i + 1 for i, kind in enumerate(used)}
     expand = _Expansion(classes, previous, dirty)
     domains = {}
     for key, d in nest.accepted.items():
-        direct_classes = frozenset(nest.direct[key])
+        direct_classes = nest.direct[key]
         same = expand.unchanged(key, d.nodes, direct_classes)
         place = (
             tier[d.kind],

@@ -349,6 +349,9 @@ class HoldDown:
 
     seconds: float = 0.0
     tracks: dict[str, _Track] = field(default_factory=dict)
+    # keys whose track has a change pending: the deadline is looked for among these only (every
+    # update asks for it, and a cluster has thousands of tracks, nearly all settled)
+    pending: set[str] = field(default_factory=set)
 
     def observe(self, key: str, wanted: Condition, now: float) -> Condition:
         track = self.tracks.get(key)
@@ -359,25 +362,29 @@ class HoldDown:
         current = track.published
         if wanted.status == current.status:
             track.pending = None
+            self.pending.discard(key)
             track.published = replace(wanted, last_transition=current.last_transition)
             return track.published
         if track.pending is None or track.pending.status != wanted.status:
             track.pending, track.pending_since = wanted, now
+            self.pending.add(key)
         if now - track.pending_since >= self.seconds:
             track.published = replace(wanted, last_transition=now)
             track.pending = None
+            self.pending.discard(key)
         return track.published
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drops tracks of domains that no longer exist."""
-        alive = set(keep)
+        alive = keep if isinstance(keep, Mapping | Set) else set(keep)
         for key in [k for k in self.tracks if k not in alive]:
             del self.tracks[key]
+            self.pending.discard(key)
 
     def next_deadline(self) -> float | None:
         """When a pending change will be due (so a controller can recompute then)."""
-        due = [t.pending_since + self.seconds for t in self.tracks.values() if t.pending is not None]
-        return min(due) if due else None
+        tracks = self.tracks
+        return min((tracks[k].pending_since + self.seconds for k in self.pending), default=None)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.report import NodeReport
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline, sources_of
@@ -52,6 +52,15 @@ class _Fed:
     node_ready: dict[str, bool] = field(default_factory=dict)
     agent_ready: dict[str, bool] | None = None
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+class _View(NamedTuple):
+    """What the informers hold this cycle (objects by node name; agent pod readiness, None when
+    agents are not tracked)."""
+
+    topologies: Mapping[str, Obj]
+    nodes: Mapping[str, Obj]
+    agent_ready: Mapping[str, bool] | None
 
 
 class PipelineFeed:
@@ -108,7 +117,7 @@ class PipelineFeed:
         Node or agent pod changed since the previous call (the informers' keys); only those are
         looked at. None: unknown, so the whole view is compared with the previous one."""
         try:
-            desired = self._compute(topologies, nodes, agent_ready, now, changed)
+            desired = self._compute(_View(topologies, nodes, agent_ready), now, changed)
         except BaseException:
             self._fed = self._last = None  # half-applied changes: the next call starts afresh
             raise
@@ -116,26 +125,22 @@ class PipelineFeed:
             desired = dataclasses.replace(desired, warnings=(*desired.warnings, *self._stale))
         return desired
 
-    def _compute(
-        self,
-        topologies: Mapping[str, Obj],
-        nodes: Mapping[str, Obj],
-        agent_ready: Mapping[str, bool] | None,
-        now: float,
-        changed: Collection[str] | None,
-    ) -> Desired:
+    def _compute(self, view: _View, now: float, changed: Collection[str] | None) -> Desired:
         refreshed = self._refresh_sources(now)  # every source, every cycle: cheap generation checks
         before, last = self._fed, self._last
+        agent_ready = view.agent_ready
         tracking = before is not None and (before.agent_ready is None) == (agent_ready is None)
         if before is None or last is None or changed is None or not tracking:
-            fed = _Fed(self.reports(topologies), node_readiness(nodes), None, node_label_map(nodes))
+            fed = _Fed(
+                self.reports(view.topologies), node_readiness(view.nodes), None, node_label_map(view.nodes)
+            )
             fed.agent_ready = None if agent_ready is None else dict(agent_ready)
             names = set() if before is None else _names(before) | _names(fed)
             old = {} if before is None else {n: _values(before, n, self._labels_matter) for n in names}
         else:
             fed = before  # patched in place at the changed names only
             old = {n: _values(fed, n, self._labels_matter) for n in changed}
-            self._patch(fed, changed, topologies, nodes, agent_ready)
+            self._patch(fed, changed, view)
         moved = {n for n, was in old.items() if _values(fed, n, self._labels_matter) != was}
         self._fed = fed
         if (
@@ -154,19 +159,13 @@ class PipelineFeed:
         self._last = desired
         return desired
 
-    def _patch(
-        self,
-        fed: _Fed,
-        changed: Collection[str],
-        topologies: Mapping[str, Obj],
-        nodes: Mapping[str, Obj],
-        agent_ready: Mapping[str, bool] | None,
-    ) -> None:
+    def _patch(self, fed: _Fed, changed: Collection[str], view: _View) -> None:
         """Brings the fed state up to date at the changed node names only."""
+        agent_ready = view.agent_ready
         for name in changed:
-            report = self._report(name, topologies.get(name))
+            report = self._report(name, view.topologies.get(name))
             _put(fed.reports, name, report)
-            node = nodes.get(name)
+            node = view.nodes.get(name)
             _put(fed.node_ready, name, None if node is None else node_readiness({name: node}).get(name))
             _put(fed.node_labels, name, None if node is None else node_label_map({name: node})[name])
             if fed.agent_ready is not None and agent_ready is not None:
@@ -195,11 +194,7 @@ class PipelineFeed:
         self.full_rebuilds += 1
         self._built_at = now
         inputs = ClusterInputs(
-            reports=fed.reports,
-            node_ready=fed.node_ready,
-            node_labels=fed.node_labels,
-            agent_ready=fed.agent_ready,
-            sources=self.sources,
+            fed.reports, fed.node_ready, fed.node_labels, fed.agent_ready, sources=self.sources
         )
         return self.pipeline.compute(inputs, now)
 

@@ -50,6 +50,10 @@ NODE_LABEL_PREFIX = "hypertopo.io/"
 CABLING = "Cabling"  # member health cause: a node lacks cables its leaf domain's other nodes have
 
 
+# the ClusterInputs fields that stand for the built-in sources (the keywords of `sources_of`)
+SHORTHAND = ("fabric", "switch_tables", "label_levels", "model", "fabric_interfaces", "host_names")
+
+
 @dataclass(frozen=True)
 class ClusterInputs:
     """The cluster (reports, Nodes, agents, labels) and the fabric sources, in graph-build order
@@ -78,17 +82,7 @@ class ClusterInputs:
 
     def all_sources(self) -> tuple[Source, ...]:
         """The sources in graph-build order; node reports become facts even when none is named."""
-        if self.sources:
-            found = tuple(self.sources)
-        else:
-            found = sources_of(
-                fabric=self.fabric,
-                switch_tables=self.switch_tables,
-                label_levels=self.label_levels,
-                model=self.model,
-                fabric_interfaces=self.fabric_interfaces,
-                host_names=self.host_names,
-            )
+        found = tuple(self.sources) or sources_of(**{name: getattr(self, name) for name in SHORTHAND})
         if not any(isinstance(s, NodeReports) for s in found):
             found = (NodeReports(), *found)
         return found

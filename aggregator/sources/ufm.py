@@ -42,7 +42,7 @@ import functools
 import gc
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from operator import attrgetter, itemgetter, methodcaller
@@ -370,18 +370,19 @@ _new_system = functools.partial(tuple.__new__, UfmSystem)
 
 def _add_ports(fabric: UfmFabric, ports: Any, kinds: Mapping[str, str]) -> None:
     items = _items(ports, "ports")
-    parsed: Sequence[UfmPort | None] | None = _ports_at_once(items, kinds)
-    if parsed is None:  # some port strays from UFM's usual spelling: port by port
+    read = _ports_at_once(items, kinds)
+    if read is None:  # some port strays from UFM's usual spelling: port by port
         parsed = list(map(_PortReader(kinds), items))
-    kept: list[UfmPort] = list(filter(None, parsed))
-    fabric.ports.update(zip(map(_KEY, kept), kept, strict=True))
-    systems = fabric.systems
+        kept: list[UfmPort] = list(filter(None, parsed))
+        read = (list(map(_KEY, kept)), kept)
+    fabric.ports.update(zip(*read, strict=True))
+    kept, systems = read[1], fabric.systems
     if set(map(_SYSTEM, kept)).difference(systems):  # systems the systems listing did not give (or none)
         for port in kept:
             if port.system_guid not in systems:
                 systems[port.system_guid] = UfmSystem(port.system_guid, port.system_name, port.kind)
-    if len(kept) < len(parsed):
-        fabric.warnings.append(f"ports: {len(parsed) - len(kept)} port(s) without a GUID or number skipped")
+    if len(kept) < len(items):
+        fabric.warnings.append(f"ports: {len(items) - len(kept)} port(s) without a GUID or number skipped")
 
 
 _KEY, _SYSTEM = itemgetter(slice(0, 2)), attrgetter("system_guid")  # a UfmPort's key is its first two fields
@@ -392,8 +393,8 @@ _TEXTS = ("system_name", "node_description", "dname", "logical_state", "physical
 _new_port = functools.partial(tuple.__new__, UfmPort)
 
 
-def _ports_at_once(items: list[Mapping[str, Any]], kinds: Mapping[str, str]) -> list[UfmPort] | None:
-    """Every port of a listing in UFM's documented spelling, read field by field across all ports
+def _ports_at_once(items: list[Mapping[str, Any]], kinds: Mapping[str, str]) -> tuple[list[Key], list[UfmPort]] | None:
+    """(keys, ports) of a listing in UFM's documented spelling, read field by field across all ports
     (each step one loop in C: itemgetter, and map over cached functions) rather than port by port,
     which costs a large fabric's poll several times more. None when any port strays from that
     spelling (a field missing, a GUID in another notation, a number as text): the port-by-port
@@ -410,7 +411,8 @@ def _ports_at_once(items: list[Mapping[str, Any]], kinds: Mapping[str, str]) -> 
         rate = list(map(_rate, column["active_speed"], column["active_width"]))
         enabled = list(map(_best_rate, map(tuple, column["enabled_speed"]), map(tuple, column["enabled_width"])))
         up = list(map(_is_up, column["logical_state"], column["physical_state"]))
-        peer = _peers(items, dict(zip(map("{}_{}".format, guids, numbers), zip(guids, numbers, strict=True), strict=True)))
+        keys = list(zip(guids, numbers, strict=True))  # the port keys; peers found by name are these same tuples
+        peer = _peers(items, dict(zip(map("{}_{}".format, guids, numbers), keys, strict=True)))
         peer_name = list(map(methodcaller("get", "peer_node_name", ""), items))
     except (KeyError, TypeError):  # a field missing; a list where a name belongs
         return None
@@ -418,7 +420,7 @@ def _ports_at_once(items: list[Mapping[str, Any]], kinds: Mapping[str, str]) -> 
         peer_name = list(map(_str, peer_name))
     fields = (guids, numbers, column["systemID"], column["system_name"], kind, column["node_description"],
               column["dname"], column["logical_state"], column["physical_state"], rate, enabled, peer, peer_name, up)  # fmt: skip
-    return list(map(_new_port, zip(*fields, strict=True)))
+    return keys, list(map(_new_port, zip(*fields, strict=True)))
 
 
 def _usual_spelling(column: Mapping[str, list[Any]]) -> bool:

@@ -158,6 +158,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--rounds", default="lean", help="comma-separated transports, one round each: lean, generated")
     args = parser.parse_args()
+    unknown = sorted(set(args.rounds.split(",")) - {"lean", "generated"})
+    if unknown:
+        parser.error(f"--rounds: unknown transport(s) {', '.join(unknown)} (lean, generated)")
     ok = True
     with running() as plane:
         for i, transport in enumerate(args.rounds.split(",")):

@@ -140,15 +140,16 @@ class FabricGraph:
     def attached_switches(self, node: str) -> frozenset[str]:
         """Every switch the node is cabled to, by any source."""
         facts = self.facts.get(node)
+        if not self.attached_by_guid and not self.attached_by_host:  # no dump, no UFM: the usual case
+            declared = self.declared.get(node)
+            if facts is None:
+                return frozenset(declared or ())
+            return facts.switches | declared if declared else facts.switches
         found = set(facts.switches) if facts is not None else set()
-        if facts is not None and self.attached_by_guid:  # only dumps and UFM attach by GUID
-            for guid in facts.guids:
-                found.update(self.attached_by_guid.get(guid, ()))
-        if self.attached_by_host:
-            found.update(self.attached_by_host.get(node, ()))
-        declared = self.declared.get(node)
-        if declared:
-            found |= declared
+        for guid in facts.guids if facts is not None else ():
+            found.update(self.attached_by_guid.get(guid, ()))
+        found.update(self.attached_by_host.get(node, ()))
+        found.update(self.declared.get(node, ()))
         return frozenset(found)
 
     def nvlink_of(self, node: str) -> str | None:

@@ -256,8 +256,17 @@ class Pipeline:
     def _judge_members(self) -> None:
         """Every member's health, and which are unhealthy or unknown (most members share the one
         HEALTHY value, so the identity check settles them)."""
-        member = self._member
-        self._health = health = {n: member(n) for n in self._graph.nodes}
+        inputs = self._require_inputs()
+        reports, ready, agents = inputs.reports, inputs.node_ready, inputs.agent_ready
+        special = self._graph.fabric_faults.keys() | (self._tree.uncabled.keys() if self._tree else set())
+        health: dict[str, MemberHealth] = {}
+        for n in self._graph.nodes:  # `_member` unrolled for the members with no fabric fault
+            if n in special:
+                health[n] = self._member(n)
+            else:
+                alive = None if agents is None else agents.get(n, False)
+                health[n] = member_health(reports.get(n), node_ready=ready.get(n), agent_alive=alive)
+        self._health = health
         bad = [(n, h.state) for n, h in health.items() if h is not HEALTHY]
         self._unhealthy = {n for n, state in bad if state is MemberState.UNHEALTHY}
         self._unknown = {n for n, state in bad if state is MemberState.UNKNOWN}

@@ -43,8 +43,9 @@ class NodeClasses:
         """The classes of every node: the ids `move` would give node by node in name order (a
         class's id follows where its first node comes), built in one pass per class."""
         grouped: dict[Signature, list[str]] = {}
+        attached, clique, paths = graph.attached_switches, graph.nvlink_of, graph.label_paths
         for node in sorted(graph.nodes):
-            signature = signature_of(graph, node)
+            signature = (attached(node), clique(node), paths.get(node, ()))
             found = grouped.get(signature)
             if found is None:
                 grouped[signature] = [node]

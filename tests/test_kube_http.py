@@ -2,8 +2,9 @@
 both body framings are read, a connection the server closed while idle is never used, the
 idle-close race is retried once (only on a reused connection), broken answers fail clearly, a
 streamed answer can be stopped from another thread; and against the real API server (TLS) warmed
-connections carry the requests that follow, and binding refusals come back with the server's
-reason."""
+connections carry the requests that follow, binding refusals come back with the server's reason,
+and the server's certificate is verified against the kubeconfig's CA, by address or by
+tls-server-name, a wrong name refused."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from controlplane.harness import ControlPlane
 
 from agent.adapters import kube, kube_http
@@ -202,3 +206,29 @@ def test_binding_refusals_come_back_with_the_servers_reason(apiserver: ControlPl
     with pytest.raises(ApiError) as missing:
         client.bind("default", "no-such-pod", "uid-0", "n-0")
     assert missing.value.not_found and 'pods "no-such-pod" not found' in missing.value.message
+
+
+def verifying_kubeconfig(plane: ControlPlane, name: str, server: str, **cluster: Any) -> str:
+    """A kubeconfig that checks the API server's certificate against the CA the server made for
+    itself (apiserver.crt holds the serving certificate and its CA)."""
+    doc = yaml.safe_load(plane.kubeconfig.read_text())
+    doc["clusters"][0]["cluster"] = {"server": server,
+                                     "certificate-authority": str(plane.workdir / "certs" / "apiserver.crt"), **cluster}
+    path = plane.workdir / f"kubeconfig-verify-{name}"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+@pytest.mark.apiserver
+def test_the_servers_certificate_is_verified_by_address_and_by_tls_server_name(apiserver: ControlPlane) -> None:
+    port = urlsplit(apiserver.url).port
+    by_ip = kube.connect(verifying_kubeconfig(apiserver, "ip", f"https://127.0.0.1:{port}"))
+    assert by_ip.get(kube.NAMESPACES, "default")["metadata"]["name"] == "default"
+    by_sni = kube.connect(verifying_kubeconfig(apiserver, "sni", f"https://127.0.0.1:{port}",
+                                               **{"tls-server-name": "kubernetes.default.svc"}))
+    assert by_sni.get(kube.NAMESPACES, "default")["metadata"]["name"] == "default"
+    wrong_name = kube.connect(verifying_kubeconfig(apiserver, "wrong", f"https://127.0.0.1:{port}",
+                                                   **{"tls-server-name": "not-the-api-server.example"}))
+    with pytest.raises(ApiError) as refused:
+        wrong_name.get(kube.NAMESPACES, "default")
+    assert refused.value.unreachable and "CERTIFICATE_VERIFY_FAILED" in refused.value.message

@@ -27,7 +27,8 @@ from operator import attrgetter, itemgetter
 
 from aggregator.graph import FabricFault, FabricGraph
 from aggregator.sources.ibnetdiscover import HostNames
-from aggregator.sources.ufm import HOST, SWITCH, Key, UfmFabric, UfmPort
+from aggregator.sources.ufm import UfmFabric
+from aggregator.sources.ufm_items import HOST, SWITCH, Key, UfmPort
 
 _GUID, _SYSTEM, _KIND = itemgetter(0), attrgetter("system_guid"), attrgetter("kind")  # UfmPort fields
 

@@ -161,7 +161,6 @@ class ControlPlane:
                 "--service-account-issuer=https://hypertopo.test",
                 "--api-audiences=https://hypertopo.test",
                 "--service-cluster-ip-range=10.96.0.0/16",
-                "--storage-media-type=application/json",
                 "--v=1",
             ],
         )

@@ -6,7 +6,8 @@ same GUIDs as `aggregator_fabric.ibnetdiscover_dump` and the agents' reports (ag
 so one model gives a dump, a UFM and reports that agree. `UfmStandIn` serves them over HTTP with
 UFM's two authentication paths (basic on /ufmRest, an access token on /ufmRestV3) and can be told
 to fail the way a real server does: 401, 403, 500, a hang past the client's timeout, HTML instead
-of JSON, a truncated body, a dropped connection. Responses are sent whole (UFM does not page its
+of JSON, a truncated body, a dropped connection. `ports?active=true` answers the active ports only
+(Active, Armed, Initialize), as UFM's filter does, or 400/404 as a UFM without the filter would. Responses are sent whole (UFM does not page its
 listings), with chunked transfer encoding on request, as large fabrics are served.
 """
 
@@ -161,6 +162,15 @@ def listings(
     return out
 
 
+ACTIVE_STATES = ("Active", "Armed", "Initialize")  # what UFM's active filter keeps (its user manual)
+
+
+def active_ports(ports: list[Obj]) -> list[Obj]:
+    """The port listing as UFM answers `ports?active=true`: only ports logically Active, Armed or
+    Initialize (the unused, down and polling ones left out)."""
+    return [port for port in ports if port.get("logical_state") in ACTIVE_STATES]
+
+
 def _unhealthy_objects(
     cables: list[tuple[tuple[str, int], tuple[str, int], tuple[str, int] | None]],
     faults: dict[tuple[str, int], Fault],
@@ -294,6 +304,7 @@ class Behaviour:
     hang_seconds: float = 5.0
     chunked: bool = False
     missing: set[str] = field(default_factory=set)  # listings answered with 404 (older UFM)
+    filter_refused: int | None = None  # 400 or 404: `ports?active=true` refused (a UFM without the filter)
 
 
 class UfmStandIn:
@@ -311,7 +322,8 @@ class UfmStandIn:
         self.data = data
         self.username, self.password, self.token = username, password, token
         self.behaviour = Behaviour()
-        self.requests: list[tuple[str, str]] = []  # (path, authorization header)
+        self.requests: list[tuple[str, str]] = []  # (path without the query, authorization header)
+        self.targets: list[str] = []  # each request's path with its query ("...ports?active=true")
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -366,22 +378,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         header = self.headers.get("Authorization", "")
-        self.standin.requests.append((self.path, header))
-        refusal = self._refusal(header)
+        path, _, query = self.path.partition("?")
+        self.standin.requests.append((path, header))
+        self.standin.targets.append(self.path)
+        refusal = self._refusal(path, header)
         if refusal is not None:
             if refusal:
                 self._send(*refusal)
             return
-        name = self.path.rstrip("/").rsplit("/", 1)[-1]  # ports, links, systems, unhealthy_ports
+        name = path.rstrip("/").rsplit("/", 1)[-1]  # ports, links, systems, unhealthy_ports
         with self.standin._lock:
             listing = self.standin.data.get(name)
         if listing is None or name in self.standin.behaviour.missing:
             self._send(404, b'{"error": "Not Found"}')
             return
+        if name == "ports" and "active=true" in query.split("&"):
+            refused = self.standin.behaviour.filter_refused
+            if refused is not None:
+                self._send(refused, b'{"error": "Unknown parameter: active"}')
+                return
+            listing = active_ports(listing)
         body = _spoiled(self.standin.behaviour.fail, name, json.dumps(listing).encode())
         self._send(200, body, chunked=self.standin.behaviour.chunked)
 
-    def _refusal(self, header: str) -> tuple[int, bytes] | tuple[()] | None:
+    def _refusal(self, path: str, header: str) -> tuple[int, bytes] | tuple[()] | None:
         """(status, body) of a failing answer, () for no answer at all, None to serve."""
         fail = self.standin.behaviour.fail
         if fail == "drop":
@@ -391,9 +411,9 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(self.standin.behaviour.hang_seconds)
         if fail in ("401", "403", "500"):
             return (int(fail), b'{"error": "stand-in failure"}')
-        if not self.standin._authorised(self.path, header):
+        if not self.standin._authorised(path, header):
             return (401, b'{"error": "Unauthorized"}')
-        if not self.path.split("/", 2)[-1].startswith(("resources/", "app/unhealthy_ports")):
+        if not path.split("/", 2)[-1].startswith(("resources/", "app/unhealthy_ports")):
             return (404, b'{"error": "Not Found"}')
         return None
 

@@ -16,6 +16,11 @@ The files are read on every poll, so a rotated Secret is picked up without a res
 certificates are verified (against `ca_bundle` when given, else the system's store) unless
 `verify=False` is asked for explicitly.
 
+The port listing is asked for with UFM's active filter (`ports?active=true`: Active, Armed and
+Initialize ports, as NVIDIA's own UFM plugins ask for it), which leaves out the many switch ports
+never cabled; `--ufm-all-ports` asks for the whole listing, and so does the poller by itself once a
+UFM answers the filter with 400 or 404.
+
 Only the standard library talks HTTP here (urllib, ssl): no runtime dependency is added.
 """
 
@@ -105,6 +110,7 @@ class UfmConfig:
     timeout: float = 30.0
     ca_bundle: str | None = None
     verify: bool = True
+    all_ports: bool = False  # ask for the whole port listing, not only the active ports
 
     @property
     def base(self) -> str:
@@ -113,13 +119,16 @@ class UfmConfig:
 
 
 class UfmClient:
-    """One poll: the port listing (required), then links, systems and unhealthy ports (each skipped
-    for good once UFM answers 404 for it)."""
+    """One poll: the port listing (required; the active ports only, `ports?active=true`, unless
+    `all_ports`), then links, systems and unhealthy ports (each skipped for good once UFM answers 404
+    for it). A UFM that answers the active filter with 400 or 404 is asked for the whole port
+    listing from then on (said once in the log)."""
 
     def __init__(self, config: UfmConfig) -> None:
         self.config = config
         self._context = self._tls(config)
         self._missing: set[str] = set()  # optional listings this UFM answered 404 for
+        self.active_only = not config.all_ports  # False once UFM refused the active filter
 
     @staticmethod
     def _tls(config: UfmConfig) -> ssl.SSLContext:
@@ -131,7 +140,7 @@ class UfmClient:
 
     def fetch(self) -> ufm.UfmFabric:
         credentials = read_credentials(self.config.credentials_dir)
-        bodies = {"ports": self._get("ports", credentials)}
+        bodies = {"ports": self._ports(credentials)}  # sets active_only to what was asked for
         for name in OPTIONAL:
             if name in self._missing:
                 continue
@@ -143,18 +152,32 @@ class UfmClient:
                 self._missing.add(name)
                 log.info("UFM has no %s listing (404): reading cabling from the ports only", name)
         try:
-            return ufm.from_bodies(bodies)  # decoded and parsed in the pure module
+            return ufm.from_bodies(bodies, active_only=self.active_only)  # decoded and parsed in the pure module
         except ufm.UfmDecodeError as exc:
             raise UfmFetchError("malformed", f"GET {self.url_of(exc.listing, credentials)}: {exc.reason}") from exc
         except ufm.UfmError as exc:
             raise UfmFetchError("malformed", f"UFM answered JSON that is not its documented shape: {exc}") from exc
 
-    def url_of(self, name: str, credentials: Credentials) -> str:
-        prefix = "/ufmRestV3" if credentials.token else "/ufmRest"
-        return f"{self.config.base}{prefix}{PATHS[name]}"
+    def _ports(self, credentials: Credentials) -> bytes:
+        """The port listing: the active ports, or the whole listing from a UFM without the filter."""
+        if not self.active_only:
+            return self._get("ports", credentials)
+        try:
+            return self._get("ports", credentials, query=ufm.ACTIVE_FILTER)
+        except UfmFetchError as exc:
+            if exc.status not in (400, 404):
+                raise
+            refused = str(exc)
+        self.active_only = False
+        log.info("UFM refused the active-ports filter (%s): asking for the whole port listing from now on", refused)
+        return self._get("ports", credentials)
 
-    def _get(self, name: str, credentials: Credentials) -> bytes:
-        url = self.url_of(name, credentials)
+    def url_of(self, name: str, credentials: Credentials, query: str = "") -> str:
+        prefix = "/ufmRestV3" if credentials.token else "/ufmRest"
+        return f"{self.config.base}{prefix}{PATHS[name]}" + (f"?{query}" if query else "")
+
+    def _get(self, name: str, credentials: Credentials, *, query: str = "") -> bytes:
+        url = self.url_of(name, credentials, query)
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
         header = credentials.header()
         if header:
@@ -358,6 +381,9 @@ class UfmSource(Source):
             "verified against (default: the system's)")  # fmt: skip
         add("--ufm-insecure-skip-tls-verify", action="store_true",
             help="do not verify UFM's TLS certificate (testing only)")  # fmt: skip
+        add("--ufm-all-ports", action="store_true", help="ask UFM for its whole port listing, every switch "
+            "port cabled or not (default: the active ports only, ports?active=true; a UFM that refuses "
+            "the filter with 400/404 gets the whole listing asked for anyway)")  # fmt: skip
 
     @classmethod
     def load(cls, options: argparse.Namespace, *, live: bool) -> UfmSource | None:
@@ -379,6 +405,7 @@ class UfmSource(Source):
             timeout=options.ufm_timeout,
             ca_bundle=options.ufm_ca_bundle,
             verify=not options.ufm_insecure_skip_tls_verify,
+            all_ports=options.ufm_all_ports,
         )
         try:
             client = UfmClient(config)

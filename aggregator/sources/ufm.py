@@ -30,9 +30,12 @@ JSON), so `from_bodies` reads the bytes as UFM sent them: ports and systems in U
 spelling are read field by field across the whole listing in C loops, anything else item by item
 (`aggregator.sources.ufm_items`, where the port and system records are).
 
-`remember` carries the cabling of a port that went down from the previous snapshot, because UFM
-drops the peer of a port without a link: the fault must stay on the node the cable served, and the
-node in its domain. What the facts mean for the graph (joins to nodes, health) is
+The adapter asks for the active ports only (`ports?active=true`, as NVIDIA's own UFM plugins do):
+a switch lists all its ports, cabled or not, and most of a large fabric's port listing is switch
+ports never cabled, which say nothing about topology. `remember` carries the cabling of a port that
+went down from the previous snapshot, because UFM drops the peer of a port without a link, and the
+active listing drops the port: the fault must stay on the node the cable served, and the node in
+its domain. What the facts mean for the graph (joins to nodes, health) is
 `aggregator.sources.ufm_graph`.
 """
 
@@ -71,6 +74,7 @@ from aggregator.sources.ufm_items import (
 )
 
 PORTS_PATH = "/resources/ports"
+ACTIVE_FILTER = "active=true"  # UFM's "Get all active ports": Active, Armed and Initialize ports only
 LINKS_PATH = "/resources/links"
 SYSTEMS_PATH = "/resources/systems"
 UNHEALTHY_PATH = "/app/unhealthy_ports"  # ports UFM (OpenSM) marks unhealthy: high BER, flapping, manual
@@ -83,6 +87,8 @@ class UfmFabric:
     links: set[tuple[Key, Key]] = field(default_factory=set)  # cables: (lower port key, higher port key)
     unhealthy: dict[Key, str] = field(default_factory=dict)  # port key -> UFM's condition
     warnings: list[str] = field(default_factory=list)
+    active_only: bool = False  # the ports listing holds the active ports only (`ports?active=true`)
+    systems_listed: bool = False  # `systems` came from the systems listing, not only from the ports
 
     def switch_count(self) -> int:
         return sum(1 for s in self.systems.values() if s.kind == SWITCH)
@@ -97,9 +103,12 @@ def cable(a: Key, b: Key) -> tuple[Key, Key]:
 
 
 # --- parsing ---------------------------------------------------------------------------------------
-def parse(ports: Any, *, links: Any = None, systems: Any = None, unhealthy: Any = None) -> UfmFabric:
-    """The listings as `json.loads` returned them (all but ports optional)."""
-    fabric = UfmFabric()
+def parse(
+    ports: Any, *, links: Any = None, systems: Any = None, unhealthy: Any = None, active_only: bool = False
+) -> UfmFabric:
+    """The listings as `json.loads` returned them (all but ports optional); `active_only`: the ports
+    listing was asked for with UFM's active filter (a port missing from it is not up)."""
+    fabric = UfmFabric(active_only=active_only, systems_listed=systems is not None)
     kinds = _add_systems(fabric, systems) if systems is not None else {}
     _add_ports(fabric, ports, kinds)
     _add_peer_cables(fabric)
@@ -194,6 +203,8 @@ def _add_unhealthy(fabric: UfmFabric, item: Mapping[str, Any]) -> None:
     as a string or a list, `State`)."""
     guid, number = _guid(_text(item, "UnhealthyGUID")), _int(_text(item, "UnhealthyPortNumber"))
     if guid is None or number is None or (guid, number) not in fabric.ports:
+        if fabric.active_only and guid is not None and number is not None:
+            return  # marked, then down: not among the active ports (the cable's fault is `remember`'s)
         fabric.warnings.append(f"unhealthy_ports: port {_text(item, 'UnhealthyPort') or guid} is not in the port listing")
         return
     condition = item.get("Condition")
@@ -237,18 +248,20 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def from_bodies(bodies: Mapping[str, bytes]) -> UfmFabric:
+def from_bodies(bodies: Mapping[str, bytes], *, active_only: bool = False) -> UfmFabric:
     """The listings as UFM sent them ({"ports": b"[...]", "links": ..., ...}), decoded and parsed:
     what the adapter does with each poll's answers. The links listing repeats the cables the port
     objects' peer fields give (UFM lists a link between two active ports, and both name their peer),
     so it is decoded only when some active port names no peer (an older UFM, or a trimmed port
-    listing); otherwise its body is not read at all, garbage or not. Raises UfmDecodeError for a
-    body that is not JSON, UfmError for JSON that is not the documented shape."""
+    listing); otherwise its body is not read at all, garbage or not. `active_only`: the ports body is
+    UFM's active-ports listing (`ports?active=true`). Raises UfmDecodeError for a body that is not
+    JSON, UfmError for JSON that is not the documented shape."""
     if "ports" not in bodies:
         raise UfmError("ports: the port listing is required")
     with _collector_paused():
         decoded = {name: _decoded(name, body) for name, body in bodies.items() if name != "links"}
-        fabric = parse(decoded.pop("ports"), systems=decoded.get("systems"), unhealthy=decoded.get("unhealthy_ports"))
+        fabric = parse(decoded.pop("ports"), systems=decoded.get("systems"), unhealthy=decoded.get("unhealthy_ports"),
+                       active_only=active_only)  # fmt: skip
         del decoded  # freed here, inside the clock of whoever times this
         if "links" in bodies and any(p.up and p.peer is None for p in fabric.ports.values()):
             _add_links(fabric, _decoded("links", bodies["links"]))
@@ -256,20 +269,52 @@ def from_bodies(bodies: Mapping[str, bytes]) -> UfmFabric:
 
 
 def remember(previous: UfmFabric | None, current: UfmFabric) -> UfmFabric:
-    """`current`, plus the cables of `previous` whose ports are still listed but no longer linked
-    (UFM drops the peer of a port that lost its link): the fault stays on the node it served."""
+    """`current`, plus the cables of `previous` that lost their link: the fault stays on the node the
+    cable served, and the node in its domain. UFM drops the peer of a port that lost its link, and
+    its active-ports listing (`active_only`) drops the port itself. So a cable of the previous
+    snapshot no longer cabled now is kept when each end is either listed and linked to nothing
+    else, or (active listing only) missing while its system is still known: such an end is down,
+    and stands in the facts as its last record marked Down (`_down`), so its fault reads as a port
+    listed Down does. In the whole listing a missing port was removed, and its cable goes; so does
+    a cable whose ends are all listed and up."""
     if previous is None:
         return current
-    linked = set(chain.from_iterable(current.links))
-    kept = {
-        link
-        for link in previous.links - current.links
-        if all(key in current.ports and key not in linked for key in link)
-        and not all(current.ports[key].up for key in link)
-    }
+    gone = previous.links - current.links
+    if not gone:
+        return current
+    ports, linked = current.ports, set(chain.from_iterable(current.links))
+    missing: dict[Key, UfmPort] = {}
+    kept = set()
+    for link in gone:
+        absent = [key for key in link if key not in ports]
+        if any(key in linked for key in link if key in ports) or not (absent or not all(ports[key].up for key in link)):
+            continue  # an end cabled elsewhere now, or both ends listed and up
+        if absent and not all(_filtered_out(previous, current, key) for key in absent):
+            continue  # a port UFM no longer has at all: removed, and its cable with it
+        kept.add(link)
+        missing.update((key, _down(previous.ports[key])) for key in absent)
     if not kept:
         return current
-    return replace(current, links=current.links | kept)
+    return replace(current, links=current.links | kept, ports={**ports, **missing} if missing else ports)
+
+
+ABSENT_STATE = "? (not among UFM's active ports)"  # what is known of the light on a port the filter left out
+
+
+def _filtered_out(previous: UfmFabric, current: UfmFabric, key: Key) -> bool:
+    """A port the active-ports listing left out because it is not up (not one UFM forgot): its
+    system is still listed (or, without the systems listing, cannot be told gone)."""
+    port = previous.ports.get(key)
+    return current.active_only and port is not None and (not current.systems_listed or port.system_guid in current.systems)
+
+
+def _down(port: UfmPort) -> UfmPort:
+    """A port left out of the active listing, as the port listing would show it: logically Down (the
+    filter keeps Active, Armed and Initialize: Down is the only state left), light unknown, no rate,
+    no peer."""
+    if not port.up and port.logical_state == "Down":
+        return port  # already remembered so: the same record, so an unchanged fabric compares equal
+    return port._replace(logical_state="Down", physical_state=ABSENT_STATE, gbps=None, peer=None, peer_node_name="", up=False)
 
 
 def summary(fabric: UfmFabric) -> str:
@@ -278,13 +323,13 @@ def summary(fabric: UfmFabric) -> str:
             f"({down} not active), {len(fabric.links)} cables")  # fmt: skip
 
 
-def from_listings(listings: Mapping[str, Any]) -> UfmFabric:
+def from_listings(listings: Mapping[str, Any], *, active_only: bool = False) -> UfmFabric:
     """`parse` over {"ports": ..., "links": ..., "systems": ..., "unhealthy_ports": ...} (what the
-    adapter fetched, or a file holds)."""
+    adapter fetched, or a file holds; `active_only`: ports is the active-ports listing)."""
     if "ports" not in listings:
         raise UfmError("ports: the port listing is required")
     return parse(listings["ports"], links=listings.get("links"), systems=listings.get("systems"),
-                 unhealthy=listings.get("unhealthy_ports"))  # fmt: skip
+                 unhealthy=listings.get("unhealthy_ports"), active_only=active_only)  # fmt: skip
 
 
 def load_file(path: str) -> UfmFabric:

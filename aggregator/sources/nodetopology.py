@@ -134,6 +134,10 @@ class NodeReports(Source):
 
     def __init__(self, fabric_interfaces: str | None = None) -> None:
         self.fabric_interfaces = fabric_interfaces  # regex of the fabric NICs; None: the RDMA-capable ones
+        # node -> (report, its facts) of the last build: a loaded source lives as long as the
+        # controller, whose feed keeps each parsed (frozen) report until its resourceVersion moves,
+        # so a rebuild (a node joining, a resync) re-reads only the reports that are new objects
+        self._known: dict[str, tuple[NodeReport, NodeFacts]] = {}
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
@@ -150,11 +154,25 @@ class NodeReports(Source):
 
     def facts(self, report: NodeReport) -> NodeFacts:
         """One report's facts (the pipeline's fast path for a changed report)."""
-        return facts_of(report, self.fabric_interfaces)
+        known = self._known.get(report.node_name)
+        if known is not None and known[0] is report:
+            return known[1]
+        facts = facts_of(report, self.fabric_interfaces)
+        self._known[report.node_name] = (report, facts)
+        return facts
 
     def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
+        known, self._known = self._known, {}  # nodes gone since the last build are forgotten
         for report in cluster.reports.values():
-            graph.set_node_facts(report.node_name, self.facts(report))
+            name = report.node_name
+            kept = known.get(name)
+            facts = (
+                kept[1]
+                if kept is not None and kept[0] is report
+                else facts_of(report, self.fabric_interfaces)
+            )
+            self._known[name] = (report, facts)
+            graph.set_node_facts(name, facts)
 
 
 def report_from_object(obj: Mapping[str, Any]) -> NodeReport:

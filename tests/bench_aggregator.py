@@ -20,7 +20,9 @@ timed). Timed:
   runs over the classes again, only the domains whose classes changed are rebuilt) — each moved
   away and back 10 times; best, median and max; target < 100 ms;
 * last rows: a UFM answer for 10,000 hosts (one HCA each, then four) and 600 switches, from the
-  bytes UFM sends to the facts merged into the graph (tests/bench_ufm.py; target < 1 s).
+  bytes UFM sends to the facts merged into the graph (tests/bench_ufm.py; target < 1 s): the answer
+  the poller asks for (the active ports, `ports?active=true`), and under `whole_listing` the whole
+  port listing (every switch's 64 ports, cabled or not) for comparison.
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ def main() -> None:
 
 def ufm_row(hcas: int) -> dict[str, object]:
     """A UFM answer for 10,000 hosts (`hcas` HCAs each) and 600 switches, from the bytes UFM sends
-    to the facts merged into the graph (issue 12)."""
+    to the facts merged into the graph (issue 12): the active ports the poller asks for, and the
+    whole port listing under `whole_listing`."""
     import bench_ufm  # tests/, beside this file
 
     return bench_ufm.bench(10_000, 600, hcas)

@@ -10,16 +10,24 @@ port of a switch, cabled or not: each switch has 64 ports at least (`--radix`; u
 Polling, no peer). The ports, links, systems and unhealthy-ports listings come from the UFM
 stand-in's generator (tests/ufm_standin.py, every port field UFM's guide documents, about 1.1 KiB a
 cabled port as UFM sends it; not timed) and are serialised to the bytes the adapter receives.
-Timed, best and median of three, from those bytes to the facts in the graph, as the adapter and the
-source run them: `sources.ufm.from_bodies` (read: JSON decoding, parsing, freeing the decoded JSON)
-and `sources.ufm_graph.apply` into a graph whose nodes carry their reported GUIDs (merge, the join
-by GUID); `wall` is both, `cpu` the process CPU time of both (less sensitive to a shared machine).
+
+The figures at the top of each row are for the answer the adapter asks for: the active ports only
+(`ports?active=true`, which leaves out the switch ports never cabled), with the other listings;
+`whole_listing` is the same fabric's whole port listing (`--ufm-all-ports`, or a UFM without the
+filter), for comparison. Timed, best and median of three, from those bytes to the facts in the
+graph, as the poller and the source run them: `sources.ufm.from_bodies` (JSON decoding, parsing,
+freeing the decoded JSON) and `sources.ufm.remember` against the previous poll (read), then
+`sources.ufm_graph.apply` into a graph whose nodes carry their reported GUIDs (merge, the join by
+GUID); `wall` is both, `cpu` the process CPU time of both (less sensitive to a shared machine, whose
+1-minute load average the row states, before and after).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -28,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ufm_standin import ca_guid, listings
+from ufm_standin import active_ports, ca_guid, listings
 
 from agent.cluster_model import ClusterModel, parse_model
 from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
@@ -70,28 +78,51 @@ def graph_with_reports(model: ClusterModel, rails: int = RAILS) -> FabricGraph:
 
 
 def bench(hosts: int = 10_000, switches: int = 600, rails: int = RAILS, radix: int = RADIX) -> dict[str, object]:
+    """The answer the adapter asks for (the active ports), then the whole listing for comparison."""
     model = fabric_model(hosts, switches, rails)
-    bodies = {name: json.dumps(items).encode() for name, items in listings(model, radix=radix).items()}
+    whole = listings(model, radix=radix)
+    answers = {"active": {**whole, "ports": active_ports(whole["ports"])}, "whole": whole}
+    load = os.getloadavg()[0]
+    rows = {name: _timed(model, rails, {k: json.dumps(v).encode() for k, v in data.items()}, active_only=name == "active")
+            for name, data in answers.items()}  # fmt: skip
+    row, whole_row = rows["active"], rows["whole"]
+    return {
+        "bench": "ufm_parse_and_merge",
+        "requested": f"ports?{ufm.ACTIVE_FILTER}",
+        "hosts": row.pop("hosts"),
+        "hcas_per_host": rails,
+        "switches": row.pop("switches"),
+        **row,
+        "whole_listing": {k: v for k, v in whole_row.items() if k not in ("hosts", "switches", "nodes_placed")},
+        "switch_ports_listed_at_least": radix,
+        "load_average_1m": [round(load, 2), round(os.getloadavg()[0], 2)],  # before, after
+    }
+
+
+def _timed(model: ClusterModel, rails: int, bodies: dict[str, bytes], *, active_only: bool) -> dict[str, object]:
+    """Best and median of three polls from the bytes to the facts in the graph, as the poller and the
+    source run them: `from_bodies`, `remember` against the previous poll's facts (the same fabric:
+    the steady state), `ufm_graph.apply`."""
+    previous = ufm.from_bodies(bodies, active_only=active_only)  # the last poll (not timed)
     phases: dict[str, list[float]] = {"read": [], "merge": [], "cpu": [], "wall": []}
     for _ in range(3):
         graph = graph_with_reports(model, rails)  # not timed: the reports are already in the graph
+        gc.collect()
         wall, cpu = time.perf_counter(), time.process_time()
-        fabric = ufm.from_bodies(bodies)
+        fabric = ufm.remember(previous, ufm.from_bodies(bodies, active_only=active_only))
         read = time.perf_counter()
         ufm_graph.apply(graph, fabric)
         done = time.perf_counter()
         for name, value in (("read", read - wall), ("merge", done - read), ("wall", done - wall),
                             ("cpu", time.process_time() - cpu)):  # fmt: skip
             phases[name].append(value)
+        del fabric
     placed = sum(1 for n in graph.nodes if graph.attached_switches(n))
     return {
-        "bench": "ufm_parse_and_merge",
-        "hosts": fabric.host_count(),
-        "hcas_per_host": rails,
-        "switches": fabric.switch_count(),
-        "ports": len(fabric.ports),
-        "switch_ports_listed_at_least": radix,
-        "cables": len(fabric.links),
+        "hosts": previous.host_count(),
+        "switches": previous.switch_count(),
+        "ports": len(previous.ports),
+        "cables": len(previous.links),
         "response_mib": round(sum(len(b) for b in bodies.values()) / 2**20, 1),
         "nodes_placed": placed,
         "seconds_best": {k: round(min(v), 3) for k, v in phases.items()},

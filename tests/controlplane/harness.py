@@ -175,7 +175,21 @@ class ControlPlane:
         crds = build_volcano("crds") / "crds"
         self.kubectl("apply", "--server-side", "--force-conflicts", f"--field-manager={VOLCANO_FIELD_MANAGER}",
                      "-f", str(crds), timeout=120)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self._wait_crds_established(timeout=60)
+
+    def _wait_crds_established(self, timeout: float) -> None:
+        """Every CRD Established. Not `kubectl wait --for=condition=Established crd --all`: it fails
+        at once ("accessor error: <nil>") on a CRD read before the API server gave it any condition."""
+        template = '{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Established")].status}{"\\n"}{end}'
+        deadline = time.monotonic() + timeout
+        while True:
+            listing = self.kubectl("get", "crd", "-o", f"jsonpath={template}").stdout.split()
+            waiting = [line.split("=")[0] for line in listing if not line.endswith("=True")]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"CRDs not Established after {timeout:.0f} s: {', '.join(waiting)}")
+            time.sleep(0.1)
 
     def _wait_ready(self, timeout: float) -> None:
         import ssl

@@ -55,12 +55,7 @@ def test_monitoring_manifests_apply_against_the_prometheus_operator_crds(apiserv
     crds = operator_crds()
     for kind in ("podmonitors", "prometheusrules", "servicemonitors"):
         apiserver.kubectl("apply", "--server-side", "-f", str(crds / f"monitoring.coreos.com_{kind}.yaml"))
-    apiserver.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/podmonitors.monitoring.coreos.com"
-    )
-    apiserver.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/prometheusrules.monitoring.coreos.com"
-    )
+    apiserver.wait_crds_established("podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
     apiserver.kubectl("create", "namespace", "hypertopo-system", check=False)
     proc = apiserver.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(MONITORING))
     assert proc.stdout.count("(server dry run)") == 5, proc.stdout  # 3 PodMonitors, 1 rule, 1 dashboard

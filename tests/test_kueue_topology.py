@@ -119,7 +119,7 @@ def kueue_api(apiserver: Any) -> Any:
     crds = kueue_crds()
     for kind in ("topologies", "resourceflavors"):
         apiserver.kubectl("apply", "--server-side", "-f", str(crds / f"kueue.x-k8s.io_{kind}.yaml"))
-        apiserver.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{kind}.kueue.x-k8s.io")
+        apiserver.wait_crds_established(f"{kind}.kueue.x-k8s.io")
     return apiserver
 
 
@@ -182,7 +182,7 @@ def test_the_aggregator_run_with_node_labels_keeps_a_topology_of_the_labels_it_w
     crds = kueue_crds()
     with private_plane() as plane:
         plane.kubectl("apply", "--server-side", "-f", str(crds / "kueue.x-k8s.io_topologies.yaml"))
-        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/topologies.kueue.x-k8s.io")
+        plane.wait_crds_established("topologies.kueue.x-k8s.io")
         nodes = load_model(str(model)).nodes()
         items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}} for n in nodes]
         plane.kubectl("apply", "--server-side", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",

@@ -12,6 +12,7 @@ create `default` service accounts, and tests create the accounts they need.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -175,20 +176,30 @@ class ControlPlane:
         crds = build_volcano("crds") / "crds"
         self.kubectl("apply", "--server-side", "--force-conflicts", f"--field-manager={VOLCANO_FIELD_MANAGER}",
                      "-f", str(crds), timeout=120)
-        self._wait_crds_established(timeout=60)
+        self.wait_crds_established()
 
-    def _wait_crds_established(self, timeout: float) -> None:
-        """Every CRD Established. Not `kubectl wait --for=condition=Established crd --all`: it fails
-        at once ("accessor error: <nil>") on a CRD read before the API server gave it any condition."""
-        template = '{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Established")].status}{"\\n"}{end}'
+    def wait_crds_established(self, *names: str, timeout: float = 60) -> None:
+        """The named CRDs (all of them when none is named) Established. Not `kubectl wait
+        --for=condition=Established`: it fails at once ("accessor error: <nil>") on a CRD read
+        before the API server gave it any condition, which a freshly applied CRD can be."""
         deadline = time.monotonic() + timeout
         while True:
-            listing = self.kubectl("get", "crd", "-o", f"jsonpath={template}").stdout.split()
-            waiting = [line.split("=")[0] for line in listing if not line.endswith("=True")]
-            if not waiting:
+            listing = self.kubectl("get", "crd", *names, "-o", "json", check=False)
+            document = json.loads(listing.stdout or "{}") if listing.returncode == 0 else {}
+            items = document.get("items", [document]) if document else []
+            established = {
+                item["metadata"]["name"]
+                for item in items
+                if any(c.get("type") == "Established" and c.get("status") == "True"
+                       for c in (item.get("status") or {}).get("conditions") or [])
+            }
+            waiting = sorted(set(names) - established) if names else \
+                sorted({item["metadata"]["name"] for item in items} - established)
+            if listing.returncode == 0 and not waiting:
                 return
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"CRDs not Established after {timeout:.0f} s: {', '.join(waiting)}")
+                reason = listing.stderr.strip() or ", ".join(waiting)
+                raise ControlPlaneError(f"CRDs not Established after {timeout:.0f} s: {reason}")
             time.sleep(0.1)
 
     def _wait_ready(self, timeout: float) -> None:

@@ -370,7 +370,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agent.adapters.kube import KubeApi
+    from agent.adapters.node_topology import KubeApi
     from agent.publish import ApiError, Publisher
     from agent.runner import Agent, RunConfig, parse_listen
 

@@ -35,7 +35,7 @@ from agent_host import HGX_SYSFS, fixture_prober  # noqa: E402
 from controlplane.harness import running  # noqa: E402
 from realparts import free_port, http_get, wait_for  # noqa: E402
 
-from agent.adapters.kube import KubeApi  # noqa: E402
+from agent.adapters.node_topology import KubeApi  # noqa: E402
 from agent.report import node_topology_object  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

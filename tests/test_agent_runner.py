@@ -23,7 +23,7 @@ import pytest
 from agent_host import HGX_SYSFS, fixture_prober
 from realparts import free_port, http_get, ip, require_binary, require_root, wait_for
 
-from agent.adapters.kube import KubeApi
+from agent.adapters.node_topology import KubeApi
 from agent.publish import ApiError, Backoff, Publisher
 from agent.runner import Agent, RunConfig, parse_listen
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from controlplane.harness import ControlPlane
 
-from agent.adapters.kube import KubeApi
+from agent.adapters.node_topology import KubeApi
 from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 
 REPO = Path(__file__).resolve().parent.parent

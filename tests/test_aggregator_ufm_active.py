@@ -188,6 +188,19 @@ def test_a_ufm_refusing_the_filter_is_asked_for_the_whole_listing_said_once(
     assert p.facts is not None and not p.facts.active_only and len(p.facts.ports) == len(standin.data["ports"])
 
 
+def test_a_ufm_answering_404_for_the_whole_listing_too_keeps_the_filter(standin: UfmStandIn, tmp_path: Path) -> None:
+    """A UFM still starting up, not one without the filter: the poll fails, the next asks for the
+    active ports again."""
+    standin.behaviour.missing = {"ports"}
+    p = poller(standin, tmp_path)
+    assert not p.poll_once()
+    standin.behaviour.missing = set()
+    assert p.poll_once()
+    ports = [t for t in standin.targets if "/resources/ports" in t]
+    assert ports == ["/ufmRest/resources/ports?active=true", "/ufmRest/resources/ports", "/ufmRest/resources/ports?active=true"]
+    assert p.facts is not None and p.facts.active_only
+
+
 def test_a_cable_unplugged_at_the_stand_in_fails_the_node_and_recovers(standin: UfmStandIn, tmp_path: Path) -> None:
     p = poller(standin, tmp_path)
     assert p.poll_once()

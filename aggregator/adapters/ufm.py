@@ -168,9 +168,10 @@ class UfmClient:
             if exc.status not in (400, 404):
                 raise
             refused = str(exc)
+        body = self._get("ports", credentials)  # failing too (a UFM starting up): the filter is tried again next poll
         self.active_only = False
         log.info("UFM refused the active-ports filter (%s): asking for the whole port listing from now on", refused)
-        return self._get("ports", credentials)
+        return body
 
     def url_of(self, name: str, credentials: Credentials, query: str = "") -> str:
         prefix = "/ufmRestV3" if credentials.token else "/ufmRest"

@@ -136,10 +136,11 @@ def test_at_start_up_a_cable_already_down_is_unknown_to_ufm_as_with_the_whole_li
         assert graph.fabric_faults == {}
         assert ca_guid(NODE, HCA) not in graph.attached_by_guid  # that HCA meets no switch
         assert graph.attached_switches(NODE)  # its other HCAs (and its system GUID) still place the node
-    small = model("small-tree.yaml")  # one HCA a host: a host whose only cable is down is in no leaf
+    small = model("small-tree.yaml")  # one HCA a host: UFM alone puts a host whose only cable is down in no leaf
     single = listings(small, radix=64, faults={("node02", 0): Fault("down", "both")})
     for active_only in (True, False):
-        graph = merged(small, poll(single, active_only=active_only))
+        graph = graph_of(small)  # no reports: what UFM alone places
+        ufm_graph.apply(graph, poll(single, active_only=active_only))
         assert graph.fabric_faults == {} and not graph.attached_switches("node02") and graph.attached_switches("node03")
 
 

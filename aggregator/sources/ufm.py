@@ -287,8 +287,10 @@ def remember(previous: UfmFabric | None, current: UfmFabric) -> UfmFabric:
     kept = set()
     for link in gone:
         absent = [key for key in link if key not in ports]
-        if any(key in linked for key in link if key in ports) or not (absent or not all(ports[key].up for key in link)):
-            continue  # an end cabled elsewhere now, or both ends listed and up
+        if any(key in linked for key in link if key in ports):
+            continue  # an end cabled elsewhere now
+        if not absent and all(ports[key].up for key in link):
+            continue  # both ends listed and up
         if absent and not all(_filtered_out(previous, current, key) for key in absent):
             continue  # a port UFM no longer has at all: removed, and its cable with it
         kept.add(link)

@@ -11,6 +11,7 @@ exponent form (`1e3`), followed by a binary suffix (Ki Mi Gi Ti Pi Ei), a decima
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -52,6 +53,15 @@ def parse_quantity(text: str | int | float) -> Decimal:
 
 def _ceil(value: Decimal) -> int:
     return math.ceil(value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _scaled(raw: str | int | float, scale: int) -> int:
+    """`parse_quantity(raw) * scale`, rounded up, remembered: a cluster's pods and nodes repeat a
+    handful of quantity strings ("100m", "64Mi", "8"), and parsing one through Decimal cost more
+    than the rest of charging a pod at its assumption. A string that is no quantity raises again
+    each time (errors are not cached)."""
+    return _ceil(parse_quantity(raw) * scale)
 
 
 @dataclass(frozen=True, order=True)
@@ -100,7 +110,9 @@ def resources_from(amounts: Mapping[str, Any]) -> Resources:
     """A `resources.requests` / `status.allocatable` map -> Resources (CPU and memory rounded up)."""
     def amount(key: str, scale: int = 1) -> int:
         raw = amounts.get(key)
-        return 0 if raw is None else _ceil(parse_quantity(raw) * scale)
+        if raw is None:
+            return 0
+        return _scaled(raw, scale) if isinstance(raw, (str, int, float)) else _ceil(parse_quantity(raw) * scale)
 
     return Resources(gpus=amount(GPU), cpu_milli=amount("cpu", 1000), memory=amount("memory"),
                      pods=amount("pods"))

@@ -52,6 +52,7 @@ from aggregator.graph import FabricGraph
 from aggregator.tier_candidates import NVLINK, Domain, candidates
 from aggregator.tier_classes import NodeClasses, Signature, signature_of
 from aggregator.tier_levels import switch_kind
+from aggregator.tier_nesting import Nesting, nest, renest
 
 __all__ = [
     "NVLINK",
@@ -95,6 +96,8 @@ class DomainTree:
     uncabled: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # what the domains were made of, so the next inference can reuse unchanged node sets
     class_sets: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+    # how the domains nested, so the next inference re-nests only what a change reaches
+    nesting: Nesting | None = field(default=None, compare=False, repr=False)
 
     def ancestors(self, key: str) -> list[str]:
         """The key itself and every domain above it, innermost first."""
@@ -146,44 +149,7 @@ def _ranked_kinds(candidates: list[Domain], switch_levels: int, label_levels: in
 _key = attrgetter("key")
 
 
-@dataclass
-class _Nesting:
-    """Domains (over classes) accepted smallest rank first.
-
-    `top` holds, for each class, the largest accepted domain holding it so far: those are the
-    roots of the tree built so far, and every class of a root has that root as its top (a domain
-    that took only part of a root's classes would have partly overlapped it, and been dropped). So
-    a new domain partly overlaps a root it touches exactly when that root's classes are not all
-    among its own: a subset test, whatever the classes weigh."""
-
-    top: dict[str, str] = field(default_factory=dict)  # class -> key of the largest accepted domain
-    accepted: dict[str, Domain] = field(default_factory=dict)
-    parent: dict[str, str] = field(default_factory=dict)
-    children: dict[str, list[str]] = field(default_factory=dict)
-    direct: dict[str, frozenset[str]] = field(default_factory=dict)  # classes in no child
-    merged: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    dropped: list[tuple[str, str]] = field(default_factory=list)
-
-    def offer(self, domain: Domain) -> None:
-        top, classes = self.top, domain.nodes
-        found = set(map(top.get, classes))
-        loose = None in found  # some classes in no accepted domain yet
-        roots = {k for k in found if k is not None}
-        overlapped = [k for k in roots if not self.accepted[k].nodes <= classes]
-        if overlapped:  # the first by name, so the reason does not depend on set order
-            key = min(overlapped)
-            self.dropped.append((domain.key, f"partly overlaps {key}; kept {key}"))
-            return
-        if not loose and len(roots) == 1:
-            self.merged[roots.pop()].append(domain.key)  # same node set: one HyperNode
-            return
-        key = domain.key
-        self.accepted[key] = domain
-        self.children[key] = sorted(roots)
-        self.direct[key] = frozenset([c for c in classes if c not in top]) if loose else frozenset()
-        for child in self.children[key]:
-            self.parent[child] = key
-        top.update(dict.fromkeys(classes, key))
+_Nesting = Nesting  # the name the nesting tests know it by
 
 
 def infer(
@@ -198,27 +164,27 @@ def infer(
     classes, none of them dirty, keeps its node set from `previous` instead of rebuilding it."""
     classes = classes if classes is not None else NodeClasses.of(graph)
     found, switch_levels, uncabled = candidates(graph, classes)
-    kinds = _ranked_kinds(found, switch_levels, len(graph.label_levels))
-    nest = _Nesting()
+    kinds = tuple(_ranked_kinds(found, switch_levels, len(graph.label_levels)))
     by_kind: dict[str, list[Domain]] = defaultdict(list)
     for domain in found:
         by_kind[domain.kind].append(domain)
-    for kind in kinds:  # lowest rank first, then by key
-        for domain in sorted(by_kind[kind], key=_key):
-            nest.offer(domain)
-    present = {d.kind for d in nest.accepted.values()}
+    order = [domain for kind in kinds for domain in sorted(by_kind[kind], key=_key)]  # lowest rank first
+    before = previous.nesting if previous is not None else None
+    nesting = renest(order, before) if before is not None and before.kinds == kinds else nest(order)
+    nesting.kinds = kinds
+    present = {d.kind for d in nesting.accepted.values()}
     used = [k for k in kinds if k in present]
     tier = {kind: i + 1 for i, kind in enumerate(used)}
     expand = _Expansion(classes, previous, dirty)
     domains = {}
-    for key, d in nest.accepted.items():
-        direct_classes = nest.direct[key]
+    for key, d in nesting.accepted.items():
+        direct_classes = nesting.direct[key]
         same = expand.unchanged(key, d.nodes, direct_classes)
         place = (
             tier[d.kind],
-            nest.parent.get(key),
-            tuple(nest.children[key]),
-            tuple(nest.merged.get(key, ())),
+            nesting.parent.get(key),
+            tuple(nesting.children[key]),
+            tuple(nesting.merged.get(key, ())),
         )
         if same is not None and (same.tier, same.parent, same.children, same.merged) == place:
             domains[key] = same  # the very object: comparing trees stays cheap
@@ -234,9 +200,11 @@ def infer(
             direct_nodes=direct,
             merged=place[3],
         )
-    lowest = _Lowest({c: key for key, cids in nest.direct.items() for c in cids}, dict(classes.of_node))
+    lowest = _Lowest(nesting.owner, dict(classes.of_node))
     node_uncabled = {n: missing for c, missing in uncabled.items() for n in classes.members[c]}
-    return DomainTree(domains, tuple(used), lowest, tuple(nest.dropped), node_uncabled, expand.made)
+    return DomainTree(
+        domains, tuple(used), lowest, tuple(nesting.dropped), node_uncabled, expand.made, nesting
+    )
 
 
 @dataclass

@@ -29,6 +29,7 @@ every reconcile.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import threading
@@ -151,6 +152,20 @@ def orphaned_reports(topologies: Mapping[str, Obj], nodes: Mapping[str, Obj]) ->
     return sorted(name for name in topologies if name not in nodes)
 
 
+def freeze_start_up_heap() -> bool:
+    """Moves every object alive now out of the garbage collector's sight (`gc.freeze`); True.
+
+    Called once, after the informers' initial lists and the first full compute: at 100,000 nodes
+    the cached objects, the parsed reports and the pipeline's state are ~9 million tracked
+    objects, and every full (generation 2) collection, which the allocations of a compute set off
+    every few computes, walks them all again: 3.5-7 s of CPU each time, for nothing, since the
+    reports are immutable and acyclic (refcounting frees them when replaced). One collection
+    first, so the start-up's own cyclic garbage is freed rather than frozen."""
+    gc.collect()
+    gc.freeze()
+    return True
+
+
 class Controller:
     def __init__(
         self,
@@ -198,6 +213,7 @@ class Controller:
         self._clashes = 0
         self.reports_collected = 0
         self.warnings: tuple[str, ...] = ()  # the pipeline's warnings, as last logged
+        self.heap_frozen = False  # freeze_start_up_heap() ran after the first cycle
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -356,6 +372,8 @@ class Controller:
             if not self.synced():
                 continue
             self._guarded_cycle()
+            if not self.heap_frozen:
+                self.heap_frozen = freeze_start_up_heap()
 
     def _guarded_cycle(self) -> None:
         try:

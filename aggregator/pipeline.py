@@ -294,7 +294,8 @@ class Pipeline:
         assert old is not None
         tree = self._tree = infer(self._graph, self._classes, previous=old, dirty=dirty)
         before = old.domains.get
-        changed_keys = {k for k, td in tree.domains.items() if before(k) is not td and before(k) != td}
+        maybe = tree.domains.keys() if tree.rebuilt is None else tree.rebuilt  # others: the same objects
+        changed_keys = {k for k in maybe if before(k) != tree.domains[k]}
         removed = old.domains.keys() - tree.domains.keys()
         names: set[str] = set()
         for key in removed:

@@ -42,6 +42,9 @@ class Nesting:
     reason: dict[str, str] = field(default_factory=dict)  # dropped key -> why
     owner: dict[str, str] = field(default_factory=dict)  # class -> key of the domain holding it directly
     kinds: tuple[str, ...] = ()  # the ranking of kinds the order followed
+    # re-nesting: the domains whose outcome, parent or merges may differ from the last nesting's
+    # (the tainted, their children before and after, the roots they merge into); None: all
+    touched: set[str] | None = None
 
     def offer(self, domain: Domain) -> None:
         self.offered[domain.key] = domain
@@ -176,4 +179,9 @@ class _Replay:
         for key in self.tainted:
             owner.update(dict.fromkeys(new.direct.get(key, ()), key))
         new.owner = owner
+        touched = set(self.tainted)
+        for key in self.tainted:
+            touched.update(old.children.get(key, ()), new.children.get(key, ()))
+            touched.update(root for root in (old.merged_into.get(key), new.merged_into.get(key)) if root)
+        new.touched = touched
         return new

@@ -98,6 +98,9 @@ class DomainTree:
     class_sets: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
     # how the domains nested, so the next inference re-nests only what a change reaches
     nesting: Nesting | None = field(default=None, compare=False, repr=False)
+    # keys whose TreeDomain is a new object since `previous` (None: built from scratch); every other
+    # domain is the previous tree's very object
+    rebuilt: frozenset[str] | None = field(default=None, compare=False, repr=False)
 
     def ancestors(self, key: str) -> list[str]:
         """The key itself and every domain above it, innermost first."""
@@ -176,8 +179,11 @@ def infer(
     used = [k for k in kinds if k in present]
     tier = {kind: i + 1 for i, kind in enumerate(used)}
     expand = _Expansion(classes, previous, dirty)
-    domains = {}
-    for key, d in nesting.accepted.items():
+    patch = previous is not None and nesting.touched is not None and previous.tiers == tuple(used)
+    keys = expand.start_from_previous(nesting) if patch else nesting.accepted.keys()
+    domains = expand.domains
+    for key in keys:
+        d = nesting.accepted[key]
         direct_classes = nesting.direct[key]
         same = expand.unchanged(key, d.nodes, direct_classes)
         place = (
@@ -192,6 +198,7 @@ def infer(
         nodes, direct = (
             (same.domain.nodes, same.direct_nodes) if same else expand.nodes(d.nodes, direct_classes)
         )
+        expand.rebuilt.add(key)
         domains[key] = TreeDomain(
             domain=Domain(d.key, d.kind, d.identity, nodes),
             tier=place[0],
@@ -200,10 +207,13 @@ def infer(
             direct_nodes=direct,
             merged=place[3],
         )
+    if patch:
+        domains = {key: domains[key] for key in nesting.accepted}  # nesting order, as from scratch
     lowest = _Lowest(nesting.owner, dict(classes.of_node))
     node_uncabled = {n: missing for c, missing in uncabled.items() for n in classes.members[c]}
+    rebuilt = frozenset(expand.rebuilt) if previous is not None else None
     return DomainTree(
-        domains, tuple(used), lowest, tuple(nesting.dropped), node_uncabled, expand.made, nesting
+        domains, tuple(used), lowest, tuple(nesting.dropped), node_uncabled, expand.made, nesting, rebuilt
     )
 
 
@@ -215,6 +225,27 @@ class _Expansion:
     previous: DomainTree | None
     dirty: Set[str]
     made: dict[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+    rebuilt: set[str] = field(default_factory=set)
+    domains: dict[str, TreeDomain] = field(default_factory=dict)
+
+    def start_from_previous(self, nesting: Nesting) -> set[str]:
+        """Starts from the previous tree's domains and returns the keys to look at again: those
+        re-nesting touched, and every domain holding a class whose members changed (up the
+        classes' chains). Any other domain kept its classes, children, direct classes, parent,
+        merges and tier, and its classes their members: it is the previous tree's very object."""
+        assert self.previous is not None
+        self.domains = dict(self.previous.domains)
+        self.made = dict(self.previous.class_sets)
+        for gone in self.domains.keys() - nesting.accepted.keys():
+            del self.domains[gone]
+            self.made.pop(gone, None)
+        chains: set[str] = set()
+        for c in self.dirty:
+            key = nesting.owner.get(c)
+            while key is not None and key not in chains:
+                chains.add(key)
+                key = nesting.parent.get(key)
+        return (chains | (nesting.touched or set())) & nesting.accepted.keys()
 
     def unchanged(self, key: str, cids: frozenset[str], direct: frozenset[str]) -> TreeDomain | None:
         """The previous tree's domain of this key when it was made of the same classes, none of

@@ -89,17 +89,29 @@ def nest(order: Iterable[Domain]) -> Nesting:
 def renest(order: list[Domain], old: Nesting) -> Nesting:
     """The same result as `nest(order)`, given `old`, the nesting of the previous order with the
     same ranking of kinds: untainted domains copy their old outcome, tainted ones are offered
-    again (see the module docstring for why that is exact)."""
-    replay = _Replay(old, Nesting(parent=dict(old.parent)))
+    again (see the module docstring for why that is exact). Children and direct classes start as
+    copies of the old ones (a tainted domain's are dropped when it is tainted): the loop over the
+    thousands of untainted domains only records them in order."""
+    new = Nesting(parent=dict(old.parent), children=dict(old.children), direct=dict(old.direct))
+    replay = _Replay(old, new)
     keys = {d.key for d in order}
     for key in old.offered.keys() - keys:  # vanished: whatever shared a class with it may change
         replay.taint(key, old.offered[key].nodes)
+    tainted_classes, before_of, offered, accepted = replay.classes, old.offered.get, new.offered, new.accepted
+    old_accepted = old.accepted
     for domain in order:
-        before = old.offered.get(domain.key)
-        if before is not None and before.nodes == domain.nodes and domain.nodes.isdisjoint(replay.classes):
-            replay.keep(domain)
-        else:
+        key, classes = domain.key, domain.nodes
+        before = before_of(key)
+        if before is None or before.nodes != classes or not classes.isdisjoint(tainted_classes):
             replay.offer(domain, before)
+        elif key in old_accepted:  # untainted: its old outcome
+            offered[key] = accepted[key] = domain
+        else:
+            offered[key] = domain
+            if key in old.merged_into:
+                new.merge(key, old.merged_into[key])
+            else:
+                new.drop(key, old.reason[key])
     return replay.finish()
 
 
@@ -108,30 +120,22 @@ class _Replay:
     old: Nesting
     new: Nesting
     classes: set[str] = field(default_factory=set)  # every class of a tainted domain, old or new
-    tainted: list[str] = field(default_factory=list)
-    kept: set[str] = field(default_factory=set)  # untainted accepted domains (same as before)
+    tainted: dict[str, None] = field(default_factory=dict)  # in order
     resolved: set[str] = field(default_factory=set)  # classes whose top is known to `new`
     highest: dict[str, str] = field(default_factory=dict)  # kept domain -> its highest kept ancestor
 
-    def keep(self, domain: Domain) -> None:
-        """An untainted domain: its old outcome."""
-        old, new, key = self.old, self.new, domain.key
-        new.offered[key] = domain
-        if key in old.accepted:
-            new.accepted[key] = domain
-            new.children[key] = old.children[key]
-            new.direct[key] = old.direct[key]
-            self.kept.add(key)
-        elif key in old.merged_into:
-            new.merge(key, old.merged_into[key])
-        else:
-            new.drop(key, old.reason[key])
+    def kept(self, key: str) -> bool:
+        """Accepted as before, untainted (only asked of domains already walked, or not yet: those
+        are not accepted yet)."""
+        return key in self.new.accepted and key not in self.tainted
 
     def taint(self, key: str, classes: frozenset[str]) -> None:
         """`key` may change outcome: later domains sharing its classes are tainted too, and its old
         children lose it as their parent (offering it again, or a later domain, sets it anew)."""
         self.classes |= classes
-        self.tainted.append(key)
+        self.tainted[key] = None
+        self.new.children.pop(key, None)
+        self.new.direct.pop(key, None)
         parent = self.new.parent
         for child in self.old.children.get(key, ()):
             if parent.get(child) == key:
@@ -153,7 +157,7 @@ class _Replay:
             c = classes.pop()
             self.resolved.add(c)
             lowest = owner.get(c)
-            if lowest is not None and lowest in kept:
+            if lowest is not None and kept(lowest):
                 highest = self._highest(lowest)
                 cover = accepted[highest].nodes
                 top.update(dict.fromkeys(cover, highest))
@@ -164,7 +168,7 @@ class _Replay:
         found = self.highest.get(key)
         if found is None:
             parent = self.old.parent.get(key)
-            above = parent is not None and parent in self.kept
+            above = parent is not None and self.kept(parent)
             found = self.highest[key] = self._highest(parent) if above and parent else key
         return found
 

@@ -121,20 +121,16 @@ class DomainTree:
 
 def _nvlink_position(nvlink: list[Domain], base: list[str], by_kind: Mapping[str, list[Domain]]) -> int:
     """How many base kinds (from the bottom) every NVLink domain strictly contains: the NVLink
-    tier goes right above them. The least over all domains, so no domain sits above a container."""
-    owner: dict[str, dict[str, Domain]] = {}
-    for kind in base:
-        owner[kind] = {n: d for d in by_kind.get(kind, ()) for n in d.nodes}
-    position = len(base)
-    for domain in nvlink:
-        count = 0
-        for kind in base:
-            touched = {owner[kind][n].key: owner[kind][n] for n in domain.nodes if n in owner[kind]}
-            if any(not (d.nodes < domain.nodes) for d in touched.values()):
-                break
-            count += 1
-        position = min(position, count)
-    return position
+    tier goes right above them. The least over all domains, so no domain sits above a container:
+    the first kind that some NVLink domain does not strictly contain (the kinds above it are not
+    looked at; a rack inside a leaf stops at the leaves)."""
+    for position, kind in enumerate(base):
+        owner = {n: d for d in by_kind.get(kind, ()) for n in d.nodes}
+        for domain in nvlink:
+            touched = {owner[n] for n in domain.nodes if n in owner}
+            if any(not (d.nodes < domain.nodes) for d in touched):
+                return position
+    return len(base)
 
 
 def _ranked_kinds(candidates: list[Domain], switch_levels: int, label_levels: int) -> list[str]:

@@ -292,7 +292,7 @@ class Pipeline:
         """Re-infers after `node` moved between classes (`dirty`), reusing what did not change."""
         old = self._tree
         assert old is not None
-        tree = self._tree = infer(self._graph, self._classes, previous=old, dirty=dirty)
+        tree = self._tree = infer(self._graph, self._classes, previous=old, dirty=dirty, moved={node})
         before = old.domains.get
         maybe = tree.domains.keys() if tree.rebuilt is None else tree.rebuilt  # others: the same objects
         changed_keys = {k for k in maybe if before(k) != tree.domains[k]}

@@ -278,8 +278,10 @@ class _Expansion:
             return None
         members, of_node = self.classes.members, self.classes.of_node
         gone, came = sets[0] - cids, cids - sets[0]
-        nodes = before.domain.nodes.difference(self.moved, *(members[c] for c in gone if c in members))
         arrived = [m for m in self.moved if of_node.get(m) in cids]
+        if not gone and not came and len(arrived) == len(self.moved) and before.domain.nodes >= self.moved:
+            return before.domain.nodes  # the same nodes (a move inside the domain): the very object
+        nodes = before.domain.nodes.difference(self.moved, *(members[c] for c in gone if c in members))
         return nodes.union(arrived, *(members[c] for c in came))
 
 

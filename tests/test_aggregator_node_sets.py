@@ -38,3 +38,12 @@ def test_a_moved_node_leaving_the_domains_classes_leaves_its_node_set() -> None:
     now = _classes({"a": {"n1"}, "z": {"n2"}})
     expand = _Expansion(now, previous, dirty={"a", "z"}, moved={"n2"})
     assert expand.nodes("leaf:x", frozenset({"a"}), frozenset())[0] == {"n1"}
+
+
+def test_a_node_moving_between_two_classes_of_the_domain_leaves_the_very_node_set() -> None:
+    """Same nodes, same object: comparing the rebuilt domain with the previous one stays cheap."""
+    before = frozenset({"n1", "n2", "n3"})
+    previous = _previous("core:x", frozenset({"a", "b"}), before)
+    now = _classes({"a": {"n1"}, "b": {"n2", "n3"}})
+    expand = _Expansion(now, previous, dirty={"a", "b"}, moved={"n2"})
+    assert expand.nodes("core:x", frozenset({"a", "b"}), frozenset())[0] is before

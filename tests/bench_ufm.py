@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ufm_standin import active_ports, ca_guid, listings
 
 from agent.cluster_model import ClusterModel, parse_model
-from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
+from agent.report import RdmaDevice
+from aggregator.graph import FabricGraph, NodeFacts
 from aggregator.sources import ufm, ufm_graph
 
 RAILS = 4
@@ -72,8 +73,9 @@ def fabric_model(hosts: int, switches: int, rails: int = RAILS) -> ClusterModel:
 def graph_with_reports(model: ClusterModel, rails: int = RAILS) -> FabricGraph:
     graph = FabricGraph()
     for node in model.nodes():
-        guids = frozenset(normalise_guid(ca_guid(node, hca)) for hca in range(rails))
-        graph.set_node_facts(node, NodeFacts(guids=guids))
+        # the HCAs as a report carries them: their GUIDs are normalised when UFM's join asks
+        hcas = tuple(RdmaDevice(f"mlx5_{hca}", node_guid=ca_guid(node, hca)) for hca in range(rails))
+        graph.set_node_facts(node, NodeFacts(hcas=hcas))
     return graph
 
 

@@ -46,4 +46,4 @@ def test_a_changed_report_gives_fresh_facts_and_a_gone_node_is_forgotten() -> No
     assert after.facts[moved] == nodetopology.facts_of(reports[moved])
     assert after.facts[moved].switches < before.facts[moved].switches
     assert source.facts(reports[moved]) is after.facts[moved]
-    assert names[1] not in after.facts and names[1] not in source._known
+    assert names[1] not in after.facts and names[1] not in source._facts and names[1] not in source._reports

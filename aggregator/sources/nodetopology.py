@@ -26,25 +26,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.report import LldpNeighbour, NodeReport, report_from_spec
-from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
+from aggregator.graph import FabricGraph, NodeFacts
 from aggregator.sources import Cluster, Source, regex_option
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
-NULL_GUID = "0" * 16
 
 
 def switch_id(system_name: str | None, chassis_id: str) -> str:
     """The ID a switch goes by: its LLDP system name, else its chassis ID."""
     name = (system_name or "").strip()
     return name or chassis_id.strip().lower()
-
-
-def _gid_guid(gid: str) -> str | None:
-    """The port GUID inside a link-local GID (its low 64 bits, RFC 4391 / IBTA)."""
-    groups = gid.split(":")
-    if len(groups) != 8:
-        return None
-    return normalise_guid("".join(groups[4:]))
 
 
 def nvlink_domain_id(report: NodeReport) -> str | None:
@@ -87,9 +78,14 @@ def is_switch(neighbour: LldpNeighbour) -> bool:
 
 def cabled_switches(report: NodeReport, fabric_pattern: str | None = None) -> frozenset[str]:
     """IDs of the switches the node's fabric NICs are cabled to, from its LLDP neighbours."""
-    fabric = fabric_interfaces(report, fabric_pattern)
+    if fabric_pattern is None and report.rdma:
+        return _cabled_on_rdma_nics(report)
+    return _switches_heard(report.lldp, fabric_interfaces(report, fabric_pattern))
+
+
+def _switches_heard(neighbours: tuple[LldpNeighbour, ...], fabric: frozenset[str] | None) -> frozenset[str]:
     found = set()
-    for n in report.lldp:  # is_switch and switch_id inlined: once per neighbour of every node
+    for n in neighbours:  # is_switch and switch_id inlined: once per neighbour of every node
         if fabric is not None and n.interface not in fabric:
             continue
         if n.capabilities is not None and SWITCH_CAPABILITIES.isdisjoint(n.capabilities):
@@ -98,26 +94,28 @@ def cabled_switches(report: NodeReport, fabric_pattern: str | None = None) -> fr
     return frozenset(found)
 
 
-def _guids(report: NodeReport) -> frozenset[str]:
-    """The normalised GUIDs of the node's HCAs: node and system image GUIDs, and the port GUIDs
-    inside their GIDs (the null GUID of an unset GID left out)."""
-    guids: set[str] = set()
-    for device in report.rdma:
-        node_guid, image_guid = device.node_guid, device.sys_image_guid
-        if node_guid:
-            guids.add(normalise_guid(node_guid))
-        if image_guid and image_guid != node_guid:
-            guids.add(normalise_guid(image_guid))
-        for port in device.ports:
-            for gid in port.gids:
-                guid = _gid_guid(gid)
-                if guid and guid != NULL_GUID:
-                    guids.add(guid)
-    return frozenset(guids)
+def _cabled_on_rdma_nics(report: NodeReport) -> frozenset[str]:
+    """`cabled_switches` of a report with RDMA devices and no pattern, asked neighbour by
+    neighbour: nearly every neighbour is heard on an RDMA port's own netdev, so the bonds and
+    shared PCI functions (`fabric_interfaces`) are only worked out for a neighbour that is not."""
+    netdevs = {p.netdev for d in report.rdma for p in d.ports}
+    fabric: frozenset[str] | None = None
+    found = set()
+    for n in report.lldp:
+        interface = n.interface
+        if not interface or interface not in netdevs:
+            if fabric is None:
+                fabric = fabric_interfaces(report)
+            if interface not in fabric:  # type: ignore[operator]  # a report with RDMA: a set
+                continue
+        if n.capabilities is not None and SWITCH_CAPABILITIES.isdisjoint(n.capabilities):
+            continue
+        found.add((n.system_name or "").strip() or n.chassis_id.strip().lower())
+    return frozenset(found)
 
 
 def facts_of(report: NodeReport, fabric_pattern: str | None = None) -> NodeFacts:
-    return NodeFacts(cabled_switches(report, fabric_pattern), _guids(report), nvlink_domain_id(report))
+    return NodeFacts(cabled_switches(report, fabric_pattern), report.rdma, nvlink_domain_id(report))
 
 
 def apply(graph: FabricGraph, report: NodeReport, fabric_pattern: str | None = None) -> None:
@@ -134,10 +132,11 @@ class NodeReports(Source):
 
     def __init__(self, fabric_interfaces: str | None = None) -> None:
         self.fabric_interfaces = fabric_interfaces  # regex of the fabric NICs; None: the RDMA-capable ones
-        # node -> (report, its facts) of the last build: a loaded source lives as long as the
-        # controller, whose feed keeps each parsed (frozen) report until its resourceVersion moves,
-        # so a rebuild (a node joining, a resync) re-reads only the reports that are new objects
-        self._known: dict[str, tuple[NodeReport, NodeFacts]] = {}
+        # node -> report and node -> its facts, of the last build: a loaded source lives as long
+        # as the controller, whose feed keeps each parsed (frozen) report until its resourceVersion
+        # moves, so a rebuild (a node joining, a resync) re-reads only the reports that are new objects
+        self._reports: dict[str, NodeReport] = {}
+        self._facts: dict[str, NodeFacts] = {}
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
@@ -154,25 +153,25 @@ class NodeReports(Source):
 
     def facts(self, report: NodeReport) -> NodeFacts:
         """One report's facts (the pipeline's fast path for a changed report)."""
-        known = self._known.get(report.node_name)
-        if known is not None and known[0] is report:
-            return known[1]
-        facts = facts_of(report, self.fabric_interfaces)
-        self._known[report.node_name] = (report, facts)
+        name = report.node_name
+        if self._reports.get(name) is report:
+            return self._facts[name]
+        facts = self._facts[name] = facts_of(report, self.fabric_interfaces)
+        self._reports[name] = report
         return facts
 
     def apply(self, graph: FabricGraph, cluster: Cluster) -> None:
-        known, self._known = self._known, {}  # nodes gone since the last build are forgotten
-        for report in cluster.reports.values():
-            name = report.node_name
-            kept = known.get(name)
-            facts = (
-                kept[1]
-                if kept is not None and kept[0] is report
-                else facts_of(report, self.fabric_interfaces)
-            )
-            self._known[name] = (report, facts)
-            graph.set_node_facts(name, facts)
+        pattern, known, known_facts = self.fabric_interfaces, self._reports, self._facts
+        reports = {report.node_name: report for report in cluster.reports.values()}
+        if known:  # a rebuild: the reports that are the very objects of the last build keep their facts
+            facts = {
+                name: known_facts[name] if known.get(name) is report else facts_of(report, pattern)
+                for name, report in reports.items()
+            }
+        else:
+            facts = {name: facts_of(report, pattern) for name, report in reports.items()}
+        self._reports, self._facts = reports, facts  # nodes gone since the last build are forgotten
+        graph.set_facts_of_nodes(facts)
 
 
 def report_from_object(obj: Mapping[str, Any]) -> NodeReport:

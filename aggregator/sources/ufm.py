@@ -41,15 +41,14 @@ its domain. What the facts mean for the graph (joins to nodes, health) is
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from aggregator.collector import collector_paused
 from aggregator.sources.ufm_items import (
     _GUID,
     _HEX16,
@@ -232,22 +231,6 @@ def _decoded(listing: str, body: bytes) -> Any:
         raise UfmDecodeError(listing, f"not JSON ({exc}); it starts {start!r}") from exc
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Decoded listings are trees of dicts, lists and strings, and a parsed fabric is tuples: no
-    reference cycles for Python's cyclic garbage collector to find. Yet allocating millions of them
-    sets off its full collections, each walking the whole process heap again (for a 10,000-host
-    fabric with four HCAs each, that doubled the decoding time). It is paused while the listings are
-    decoded and parsed; whatever survives is collected as usual afterwards."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def from_bodies(bodies: Mapping[str, bytes], *, active_only: bool = False) -> UfmFabric:
     """The listings as UFM sent them ({"ports": b"[...]", "links": ..., ...}), decoded and parsed:
     what the adapter does with each poll's answers. The links listing repeats the cables the port
@@ -258,7 +241,7 @@ def from_bodies(bodies: Mapping[str, bytes], *, active_only: bool = False) -> Uf
     JSON, UfmError for JSON that is not the documented shape."""
     if "ports" not in bodies:
         raise UfmError("ports: the port listing is required")
-    with _collector_paused():
+    with collector_paused():  # decoded listings, parsed fabrics: no cycles (it doubled decoding)
         decoded = {name: _decoded(name, body) for name, body in bodies.items() if name != "links"}
         fabric = parse(decoded.pop("ports"), systems=decoded.get("systems"), unhealthy=decoded.get("unhealthy_ports"),
                        active_only=active_only)  # fmt: skip

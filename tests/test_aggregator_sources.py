@@ -10,7 +10,7 @@ import pytest
 
 from agent.cluster_model import parse_model
 from agent.model_probe import report_for
-from agent.report import LldpNeighbour, RdmaDevice, RdmaPort, node_topology_object
+from agent.report import Interface, LldpNeighbour, RdmaDevice, RdmaPort, node_topology_object
 from aggregator.graph import FabricGraph, normalise_guid
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources import labels, nodetopology, switch_lldp
@@ -52,6 +52,54 @@ def test_port_guids_inside_gids_map_the_node() -> None:
     report = dataclasses.replace(report_for(MODEL, "n3"), rdma=(RdmaDevice("mlx5_0", ports=(port,)),))
     assert nodetopology.facts_of(report).guids == {"0c42a103008b40d1"}
     assert normalise_guid("0x0c42a103008b40d1") == normalise_guid("c42a103008b40d1") == "0c42a103008b40d1"
+
+
+def test_neighbours_on_bond_slaves_and_shared_pci_functions_are_fabric_and_management_is_not() -> None:
+    """RoCE on a bond: the RDMA device sits on bond0 and LLDP is heard on its slaves; a second NIC
+    shares the HCA's PCI function; the management NIC is neither. Only the first three count, and
+    the same whichever neighbour comes first (the RDMA netdevs are checked before anything else)."""
+    rdma = (
+        RdmaDevice(
+            "mlx5_bond_0",
+            pci_address="0000:1a:00.0",
+            ports=(RdmaPort(1, "ACTIVE", "LinkUp", 200.0, "Ethernet", netdev="bond0"),),
+        ),
+        RdmaDevice(
+            "mlx5_2",
+            pci_address="0000:3b:00.0",
+            ports=(RdmaPort(1, "ACTIVE", "LinkUp", 400.0, "Ethernet", netdev="eth2"),),
+        ),
+    )
+    interfaces = (
+        Interface("bond0", None, "up", kind="bond"),
+        Interface("eth0", None, "up", bond_master="bond0"),
+        Interface("eth1", None, "up", bond_master="bond0"),
+        Interface("eth2", None, "up", pci_address="0000:3b:00.0"),
+        Interface("eth3", None, "up", pci_address="0000:3b:00.0"),  # a second port of the same function
+        Interface("eno1", None, "up", pci_address="0000:02:00.0"),  # management
+    )
+    heard = {"eth0": "leaf-a", "eth1": "leaf-b", "eth2": "leaf-c", "eth3": "leaf-d", "eno1": "mgmt-1"}
+    neighbours = tuple(
+        LldpNeighbour(i, f"02:00:00:00:00:0{n}", "p1", 120, system_name=s)
+        for n, (i, s) in enumerate(heard.items())
+    )
+    base = dataclasses.replace(report_for(MODEL, "n3"), rdma=rdma, interfaces=interfaces)
+    for order in (neighbours, neighbours[::-1], neighbours[2:] + neighbours[:2]):
+        facts = nodetopology.facts_of(dataclasses.replace(base, lldp=order))
+        assert facts.switches == {"leaf-a", "leaf-b", "leaf-c", "leaf-d"}
+    assert nodetopology.fabric_interfaces(base) == {"bond0", "eth0", "eth1", "eth2", "eth3"}
+
+
+def test_facts_keep_the_hcas_and_their_guids_are_the_normalised_node_and_image_guids() -> None:
+    rdma = (
+        RdmaDevice("mlx5_0", node_guid="0C42:A103:008B:40D0", sys_image_guid="0c42:a103:008b:40d0"),
+        RdmaDevice("mlx5_1", node_guid="0x0c42a103008b40d2", sys_image_guid="0c42:a103:008b:4000"),
+    )
+    report = dataclasses.replace(report_for(MODEL, "n3"), rdma=rdma)
+    facts = nodetopology.facts_of(report)
+    assert facts.hcas is report.rdma
+    assert facts.guids == {"0c42a103008b40d0", "0c42a103008b40d2", "0c42a103008b4000"}
+    assert nodetopology.facts_of(dataclasses.replace(report, rdma=())).guids == frozenset()
 
 
 def test_nodetopology_object_round_trips_to_the_same_report() -> None:

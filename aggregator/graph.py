@@ -96,12 +96,21 @@ class FabricGraph:
     uplinks: set[tuple[str, str]] = field(default_factory=set)  # directed (child, parent)
     attached_by_guid: dict[str, set[str]] = field(default_factory=dict)  # HCA GUID -> switches
     attached_by_host: dict[str, set[str]] = field(default_factory=dict)  # host name -> switches
-    declared: dict[str, set[str]] = field(default_factory=dict)  # node -> switches (model)
+    # node -> switches (model); the nodes declared alike share one set (a rack's 18 nodes, a block)
+    declared: dict[str, frozenset[str]] = field(default_factory=dict)
     nvlink_declared: dict[str, str] = field(default_factory=dict)  # node -> domain (model)
     label_paths: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     label_levels: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)  # what the sources could not place, for people
     fabric_faults: dict[str, list[FabricFault]] = field(default_factory=dict)  # node -> faults (UFM)
+    # memos of the sets many nodes share: (declared so far, one more switch) -> declared, and
+    # (reported, declared) -> attached; a full build has ~5,600 distinct ones for 100,000 nodes
+    _declared_sets: dict[tuple[frozenset[str] | None, str], frozenset[str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _unions: dict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     # -- building -------------------------------------------------------------------------------
     def add_node(self, node: str) -> None:
@@ -147,9 +156,17 @@ class FabricGraph:
     def declare(self, node: str, switch: str, nvlink: str | None = None) -> None:
         self.nodes.add(node)
         self.switches.add(switch)
-        self.declared.setdefault(node, set()).add(switch)
+        self.declared[node] = self._plus(self.declared.get(node), switch)
         if nvlink:
             self.nvlink_declared.setdefault(node, nvlink)
+
+    def _plus(self, found: frozenset[str] | None, switch: str) -> frozenset[str]:
+        """`found` and `switch`, one shared set per distinct pair."""
+        key = (found, switch)
+        got = self._declared_sets.get(key)
+        if got is None:
+            got = self._declared_sets[key] = frozenset((switch,)) if found is None else found | {switch}
+        return got
 
     def declare_block(self, nodes: Iterable[str], switch: str, nvlink: str | None = None) -> None:
         """`declare` for every node of a block cabled to one switch (a model's block): one call
@@ -157,13 +174,9 @@ class FabricGraph:
         nodes = tuple(nodes)
         self.nodes.update(nodes)
         self.switches.add(switch)
-        declared = self.declared
+        declared, plus = self.declared, self._plus
         for node in nodes:
-            found = declared.get(node)
-            if found is None:
-                declared[node] = {switch}
-            else:
-                found.add(switch)
+            declared[node] = plus(declared.get(node), switch)
         if nvlink:
             known = self.nvlink_declared
             for node in nodes:
@@ -189,8 +202,14 @@ class FabricGraph:
         if not self.attached_by_guid and not self.attached_by_host:  # no dump, no UFM: the usual case
             declared = self.declared.get(node)
             if facts is None:
-                return frozenset(declared or ())
-            return facts.switches | declared if declared else facts.switches
+                return declared or frozenset()
+            if not declared:
+                return facts.switches
+            key = (facts.switches, declared)  # the nodes of a rack: the same two sets, one union
+            union = self._unions.get(key)
+            if union is None:
+                union = self._unions[key] = facts.switches | declared
+            return union
         found = set(facts.switches) if facts is not None else set()
         for guid in facts.guids if facts is not None else ():
             found.update(self.attached_by_guid.get(guid, ()))

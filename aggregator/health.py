@@ -78,7 +78,7 @@ def member_health(
         return MemberHealth(MemberState.UNKNOWN, ("agent not running",), frozenset({"AgentGone"}))
     if report is None:
         return MemberHealth(MemberState.UNKNOWN, ("no NodeTopology report",), frozenset({"ReportMissing"}))
-    if node_ready is not False and _all_clear(report):
+    if node_ready is not False and all_clear(report):
         return HEALTHY  # the common case, decided without building anything
     grey = grey_findings(report)
     problems, causes = _component_problems(report, grey)
@@ -118,17 +118,18 @@ def _component_problems(
     return problems, causes
 
 
-def _all_clear(report: NodeReport) -> bool:
+def all_clear(report: NodeReport) -> bool:
     """No finding, no fabric component failed or degraded, the NVLink fabric (if any) complete:
     what `member_health` would find healthy, checked without building its messages."""
     if getattr(report, "findings", ()):
         return False
-    health = report.health
+    get = report.health.get
     for component in FABRIC_COMPONENTS:
-        found = health.get(component)
+        found = get(component)
         if found is not None and found.state in _BAD:
             return False
-    domain = report.nvml.domain if report.nvml else None
+    nvml = report.nvml
+    domain = nvml.domain if nvml else None
     return domain is None or domain.state == "completed"
 
 

@@ -35,6 +35,7 @@ from aggregator.health import (
     MemberHealth,
     MemberState,
     Threshold,
+    all_clear,
     judge,
     member_health,
     with_fabric_faults,
@@ -269,9 +270,13 @@ class Pipeline:
         for n in self._graph.nodes:  # `_member` unrolled for the members with no fabric fault
             if n in special:
                 health[n] = self._member(n)
+                continue
+            report, node_ready = reports.get(n), ready.get(n)
+            alive = None if agents is None else agents.get(n, False)
+            if report is not None and node_ready is not False and alive is not False and all_clear(report):
+                health[n] = HEALTHY  # `member_health`'s first answer, without the call
             else:
-                alive = None if agents is None else agents.get(n, False)
-                health[n] = member_health(reports.get(n), node_ready=ready.get(n), agent_alive=alive)
+                health[n] = member_health(report, node_ready=node_ready, agent_alive=alive)
         self._health = health
         bad = [(n, h.state) for n, h in health.items() if h is not HEALTHY]
         self._unhealthy = {n for n, state in bad if state is MemberState.UNHEALTHY}

@@ -44,7 +44,7 @@ class NodeClasses:
         class's id follows where its first node comes), built in one pass per class."""
         grouped: dict[Signature, list[str]] = {}
         attached, clique, paths = graph.attached_switches, graph.nvlink_of, graph.label_paths
-        for node in sorted(graph.nodes):
+        for node in graph.nodes:  # in any order: the classes are ordered by their first node below
             signature = (attached(node), clique(node), paths.get(node, ()))
             found = grouped.get(signature)
             if found is None:
@@ -52,7 +52,9 @@ class NodeClasses:
             else:
                 found.append(node)
         classes = cls()
-        for number, (signature, nodes) in enumerate(grouped.items()):
+        ordered = sorted((min(nodes), signature) for signature, nodes in grouped.items())
+        for number, (_, signature) in enumerate(ordered):
+            nodes = grouped[signature]
             cid = f"c{number}"
             classes.of_signature[signature] = cid
             classes.signature[cid] = signature

@@ -252,3 +252,17 @@ def test_labels_that_cut_across_a_leaf_are_dropped_with_the_reason() -> None:
 def test_label_levels_repeating_a_key_are_refused() -> None:
     with pytest.raises(labels.LabelLevelsError):
         labels.parse_levels("zone,rack,zone")
+
+
+def test_nodes_declared_alike_share_one_switch_set_and_attach_to_the_union_with_their_cabling() -> None:
+    graph = FabricGraph()
+    graph.declare_block(["a", "b", "c"], "leaf1")
+    graph.declare_block(["a", "b"], "leaf2")
+    graph.declare("c", "leaf3")
+    assert graph.declared["a"] is graph.declared["b"] and graph.declared["a"] == {"leaf1", "leaf2"}
+    assert graph.declared["c"] == {"leaf1", "leaf3"}
+    graph.set_node_facts("a", nodetopology.NodeFacts(frozenset({"leaf9"})))
+    graph.set_node_facts("b", nodetopology.NodeFacts(frozenset({"leaf9"})))
+    assert graph.attached_switches("a") == {"leaf1", "leaf2", "leaf9"}
+    assert graph.attached_switches("a") is graph.attached_switches("b")
+    assert graph.attached_switches("c") == {"leaf1", "leaf3"}

@@ -14,8 +14,12 @@ machine, and the control plane's CPU (kube-apiserver, etcd) in the same window: 
 machine they share the cores with the scheduler, and they are where the limit is.
 
 `--rounds` runs the measurement several times on the same control plane, one round per name:
-`lean` is the scheduler's client as shipped (agent.adapters.kube_http), `generated` sends the same
-requests through the generated `kubernetes` client's transport (urllib3), as before that existed.
+`lean` is the scheduler as shipped (client: agent.adapters.kube_http), `generated` sends the same
+requests through the generated `kubernetes` client's transport (urllib3), as before that existed,
+and `lean-status-first` writes each gang's PodGroup status at once, as before status writes yielded
+to pending binds. The PodGroup status writes that yield still happen, one per gang: each round
+waits for all of them after its window and prints when they were done (`status_done_after_s`) and
+the control plane's CPU up to then (`server_cpu_s_with_later_status`) next to the window's own.
 """
 
 from __future__ import annotations
@@ -100,7 +104,8 @@ class ServerCpu:
 
 
 def measure(plane: ControlPlane, *, pods: int = 2000, gang: int = 4, nodes: int = 100, workers: int = 32,
-            tag: str = "bench", timeout: float = 300.0, transport: str = "lean") -> dict[str, Any]:
+            tag: str = "bench", timeout: float = 300.0, transport: str = "lean",
+            status_first: bool = False) -> dict[str, Any]:
     cluster = Cluster(plane, tag, kwok=False)
     name = f"hypertopo-{tag}"
     try:
@@ -113,7 +118,10 @@ def measure(plane: ControlPlane, *, pods: int = 2000, gang: int = 4, nodes: int 
             api.http = None  # the generated client's urllib3 transport carries every request
         elif transport != "lean":
             raise ValueError(f"unknown transport {transport!r} (lean or generated)")
+        gangs = (pods + gang - 1) // gang
         sched = Scheduler(api, Options(scheduler_name=name, node_selector=cluster.selector, bind_workers=workers))
+        if status_first:  # as before the status writer yielded to binds: every write goes at once
+            sched.status.busy = lambda: False
         counter = BoundCounter(sched, cluster.ns, pods)
         load0, servers = os.getloadavg()[0], ServerCpu(plane)
         t0, cpu0 = time.monotonic(), time.process_time()
@@ -128,7 +136,7 @@ def measure(plane: ControlPlane, *, pods: int = 2000, gang: int = 4, nodes: int 
             decisions = reg.get_sample_value("hypertopo_scheduler_decisions_total", {"result": "scheduled"}) or 0
             decision_sum = reg.get_sample_value("hypertopo_scheduler_decision_duration_seconds_sum") or 0.0
             result = {
-                "transport": transport, "pods": pods, "gang": gang, "nodes": nodes, "bind_workers": workers, "bound": count,
+                "transport": transport, "status_first": status_first, "pods": pods, "gang": gang, "nodes": nodes, "bind_workers": workers, "bound": count,
                 "seconds": round(elapsed, 3), "pods_per_second": round(count / elapsed, 1),
                 "first_bind_after_s": round(first, 3),
                 "bind_phase_pods_per_second": round(count / max(1e-9, elapsed - first), 1),
@@ -142,12 +150,27 @@ def measure(plane: ControlPlane, *, pods: int = 2000, gang: int = 4, nodes: int 
                 "server_cpu_s": server_cpu,
                 "scheduler_cpu_s": round(cpu, 2),
                 "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
+                # PodGroup status writes yield to pending binds (status_writer): those not yet
+                # written when the last pod is bound come after the window
+                "status_writes_after_window": gangs - sched.status.completed,
             }
+            # every gang's PodGroup status written (one write each), and the control plane's CPU
+            # up to then: the work the window left out, shown next to the window's own
+            deadline = time.monotonic() + timeout
+            while sched.status.completed < gangs and time.monotonic() < deadline:
+                time.sleep(0.01)
+            result["status_written"] = sched.status.completed
+            result["status_done_after_s"] = round(time.monotonic() - t0, 3)
+            result["server_cpu_s_with_later_status"] = servers.since_start()
         finally:
             sched.stop()
         return result
     finally:
         cluster.cleanup()
+
+
+# round name -> (transport, status_first)
+ROUNDS = {"lean": ("lean", False), "generated": ("generated", False), "lean-status-first": ("lean", True)}
 
 
 def main() -> int:
@@ -156,16 +179,18 @@ def main() -> int:
     parser.add_argument("--gang", type=int, default=4)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--workers", type=int, default=32)
-    parser.add_argument("--rounds", default="lean", help="comma-separated transports, one round each: lean, generated")
+    parser.add_argument("--rounds", default="lean",
+                        help="comma-separated rounds, one measurement each: lean, generated, lean-status-first")
     args = parser.parse_args()
-    unknown = sorted(set(args.rounds.split(",")) - {"lean", "generated"})
+    unknown = sorted(set(args.rounds.split(",")) - set(ROUNDS))
     if unknown:
-        parser.error(f"--rounds: unknown transport(s) {', '.join(unknown)} (lean, generated)")
+        parser.error(f"--rounds: unknown round(s) {', '.join(unknown)} ({', '.join(ROUNDS)})")
     ok = True
     with running() as plane:
-        for i, transport in enumerate(args.rounds.split(",")):
+        for i, name in enumerate(args.rounds.split(",")):
+            transport, status_first = ROUNDS[name]
             result = measure(plane, pods=args.pods, gang=args.gang, nodes=args.nodes, workers=args.workers,
-                             tag=f"bench{i}" if i else "bench", transport=transport)
+                             tag=f"bench{i}" if i else "bench", transport=transport, status_first=status_first)
             print(json.dumps(result), flush=True)
             ok = ok and result["bound"] == args.pods
     return 0 if ok else 1

@@ -339,12 +339,19 @@ class KubeClient:
                            body=dict(patch), content_type=MERGE_PATCH)
 
     def patch(self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]) -> None:
-        """A merge patch of the object itself (Volcano's PodGroup CRD has no status subresource)."""
-        self.merge_patch(resource, name, patch, namespace=namespace)
+        """A merge patch of the object itself (Volcano's PodGroup CRD has no status subresource);
+        the answer (the whole object) is not decoded: nobody reads it."""
+        self._patch_quiet(resource, namespace, name, patch, None)
 
     def patch_status(self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]) -> None:
-        """A merge patch of the `/status` subresource."""
-        self.merge_patch(resource, name, patch, namespace=namespace, subresource="status")
+        """A merge patch of the `/status` subresource; the answer is not decoded (see `patch`)."""
+        self._patch_quiet(resource, namespace, name, patch, "status")
+
+    def _patch_quiet(self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any],
+                     sub: str | None) -> None:
+        self._send("PATCH", resource.path(namespace=namespace, name=name, sub=sub), body=dict(patch),
+                   content_type=MERGE_PATCH)
+        self.on_write("patch", resource.plural + (f"/{sub}" if sub else ""))
 
     def replace(self, resource: Resource, obj: Mapping[str, Any], *, field_manager: str | None = None,
                 namespace: str | None = None) -> Obj:

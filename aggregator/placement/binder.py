@@ -103,11 +103,19 @@ class Binder:
         self.on_done = on_done
         self.backoff, self._sleep = backoff, sleep
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind")
+        self._pending = 0  # binds submitted and not finished (queued or in flight)
+        self._pending_lock = threading.Lock()
 
     def submit(self, gang: PodKey, items: Sequence[BindItem]) -> None:
         job = _GangJob(gang, tuple(items), time.monotonic(), len(items))
+        with self._pending_lock:
+            self._pending += len(items)
         for item in items:
             self._pool.submit(self._bind_one, job, item)
+
+    def busy(self) -> bool:
+        """Whether binds are queued or in flight (lower-priority API writes wait for them)."""
+        return self._pending > 0
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -132,7 +140,11 @@ class Binder:
         raise AssertionError("unreachable")
 
     def _bind_one(self, job: _GangJob, item: BindItem) -> None:
-        error = self.bind(item)
+        try:
+            error = self.bind(item)
+        finally:
+            with self._pending_lock:
+                self._pending -= 1
         with job.lock:
             if error:
                 job.failed[item.pod] = error

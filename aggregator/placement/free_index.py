@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from fractions import Fraction
 from typing import Any
 
@@ -162,6 +162,23 @@ class FreeIndex(Mapping[str, Resources]):
 
     def __len__(self) -> int:
         return len(self._free)
+
+    # The Mapping mixins go through __getitem__ per key: the counting core walks every node's free
+    # capacity once per decision (CPU-only gangs take that path), so these read the dict directly.
+    def items(self) -> ItemsView[str, Resources]:
+        return self._free.items()
+
+    def keys(self) -> KeysView[str]:
+        return self._free.keys()
+
+    def values(self) -> ValuesView[Resources]:
+        return self._free.values()
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._free
+
+    def get(self, node: str, default: Any = None) -> Any:
+        return self._free.get(node, default)
 
     def leaf_of(self, node: str) -> str:
         """The leaf (or pseudo-leaf) of a node a placement may use."""

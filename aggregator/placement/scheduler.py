@@ -95,8 +95,10 @@ class Scheduler:
         self.evictions = EvictionQueue(api, lambda ev, outcome, detail: self._queue.put(("evicted", (ev, outcome, detail))),
                                        rate=options.eviction_rate, burst=options.eviction_burst,
                                        retry_seconds=options.eviction_retry_seconds, clock=clock)
-        # one writer, in order, coalescing per PodGroup: a later status never loses to an earlier one
-        self.status = StatusWriter(api, lambda target: self._queue.put(("status-failed", target)))
+        # one writer, in order, coalescing per PodGroup: a later status never loses to an earlier one;
+        # a bound gang's status yields to pending binds (status_writer's docstring says why)
+        self.status = StatusWriter(api, lambda target: self._queue.put(("status-failed", target)),
+                                   busy=self.binder.busy)
         self.admission = Admission(self.state, self.status, self.events, options.scheduler_name)
         self._commands = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commands")
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -118,6 +120,8 @@ class Scheduler:
         self._in_flight: set[PodKey] = set()
         self._waiting_since: dict[PodKey, float] = {}
         self._failed_nodes: dict[str, str] = {}
+        self._failed_basis: tuple[int, dict[str, str]] | None = None  # what _failed_now was computed from
+        self._failed_now: dict[str, str] = {}
         self._restarted: dict[PodKey, float] = {}  # Volcano Job -> when we asked Volcano to restart it
         self._filter_cache: dict[Any, dict[str, str]] = {}
 
@@ -241,7 +245,14 @@ class Scheduler:
 
     # -- fault-driven rescheduling ------------------------------------------------------------
     def _fabric_faults(self, failed_domains: Mapping[str, str], now: float) -> None:
-        failed = rescheduler.failed_nodes(self.state, self._topology, failed_domains)
+        # failed nodes follow from the nodes' taints, the tree and the failed HyperNodes only: a walk
+        # over every node, so only when one of those changed (not every cycle: a cycle runs after
+        # every bound gang, hundreds a second)
+        basis = (self.state.topology_generation, dict(failed_domains))
+        if basis != self._failed_basis:
+            self._failed_basis = basis
+            self._failed_now = rescheduler.failed_nodes(self.state, self._topology, failed_domains)
+        failed = self._failed_now
         if failed != self._failed_nodes:
             log.info("fabric-failed nodes: %s", sorted(failed) or "none")
             self._failed_nodes = failed

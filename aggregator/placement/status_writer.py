@@ -8,14 +8,25 @@ Completed), the counts, and the `Unschedulable` / `Scheduled` conditions with th
 Why a writer of its own: writes leave the scheduling loop (one thread, in order), coalesce per
 PodGroup (a later status never loses to an earlier one) and a failed write is retried on a later
 cycle, never blocks a decision.
+
+Priority: a gang's status after its binds (phase, counts: `write_dirty`) yields to binds still
+pending. It waits while `busy()` (the binder has binds queued or in flight), up to `max_delay`
+seconds, then goes anyway; everything else (Volcano admission to Inqueue, which Volcano's job
+controller waits for before it creates pods, and conditions) goes at once, ahead of the deferred
+writes. Why: a PodGroup status write costs the API server more than a pods/binding call (a
+custom resource: a JSON merge patch on an unstructured object, measured ~2.5 ms of kube-apiserver
+plus etcd CPU against ~1.9 ms per bind), one per gang, and nothing waits on a bound gang's counts,
+while every pending bind holds a gang's pods back. The writes are not dropped or merged across
+PodGroups: each gang's status is still written once, with the same content, a little later (at
+most `max_delay` while binds keep coming); `shutdown()` writes what is left.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aggregator.placement import podgroups, volcano
@@ -27,17 +38,29 @@ Target = tuple[str, PodKey]  # (flavour, PodGroup key)
 
 
 class StatusWriter:
-    """Owned by the scheduling loop; `on_failure(target)` is called from the writer thread."""
+    """Owned by the scheduling loop; `on_failure(target)` is called from the writer thread.
+    `busy()`: whether binds are pending (deferred writes wait while it is true, up to `max_delay`)."""
 
-    def __init__(self, api: Any, on_failure: Callable[[Target], None]) -> None:
+    def __init__(self, api: Any, on_failure: Callable[[Target], None], *, busy: Callable[[], bool] = lambda: False,
+                 max_delay: float = 5.0, poll: float = 0.02, clock: Callable[[], float] = time.monotonic) -> None:
         self.api, self.on_failure = api, on_failure
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
-        self._unwritten: dict[Target, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-        self.written: dict[Target, dict[str, Any]] = {}
+        self.busy, self.max_delay, self.poll, self.clock = busy, max_delay, poll, clock
+        self._urgent: dict[Target, dict[str, Any]] = {}  # insertion order: the order they were queued
+        self._deferred: dict[Target, tuple[float, dict[str, Any]]] = {}  # target -> (first queued, status)
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.written: dict[Target, dict[str, Any]] = {}  # what was queued last, per PodGroup
+        self.completed = 0  # writes the API server accepted (benchmarks, tests)
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True)
+        """Writes everything still queued (deferred writes included), then stops the writer."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
     def forget(self, target: Target) -> None:
         self.written.pop(target, None)
@@ -57,6 +80,11 @@ class StatusWriter:
             if (vc_group := state.vc_podgroups.get(key)) is not None:
                 self._write_volcano(key, vc_group, pods)
 
+    def pending(self) -> int:
+        """Writes queued and not yet started (tests, metrics)."""
+        with self._cond:
+            return len(self._urgent) + len(self._deferred)
+
     def _write_xk8s(self, key: PodKey, podgroup: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         scheduled = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
         wanted = podgroups.group_status(podgroup, pods, scheduled)
@@ -65,7 +93,7 @@ class StatusWriter:
         patch = podgroups.status_patch(podgroup, wanted, rfc3339())
         self.written[(XK8S, key)] = wanted
         if patch:
-            self.queue((XK8S, key), patch["status"])
+            self.queue((XK8S, key), patch["status"], defer=True)
 
     def _write_volcano(self, key: PodKey, podgroup: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         wanted = volcano.status(podgroup, pods)
@@ -75,13 +103,13 @@ class StatusWriter:
             self.written[(VOLCANO, key)] = wanted
             return
         self.written[(VOLCANO, key)] = wanted
-        self.set_volcano(key, podgroup, changed)
+        self.set_volcano(key, podgroup, changed, defer=True)
 
-    def set_volcano(self, key: PodKey, podgroup: dict[str, Any], status: dict[str, Any]) -> None:
+    def set_volcano(self, key: PodKey, podgroup: dict[str, Any], status: dict[str, Any], *, defer: bool = False) -> None:
         """Queues a Volcano status change and applies it to our view at once, so the next cycle
         reads what we decided even before the watch event comes back."""
         podgroup.setdefault("status", {}).update(status)
-        self.queue((VOLCANO, key), status)
+        self.queue((VOLCANO, key), status, defer=defer)
 
     def condition(self, key: PodKey, podgroup: dict[str, Any], kind: str, reason: str, message: str) -> None:
         """Sets the Unschedulable or Scheduled condition of a Volcano PodGroup (no write when the
@@ -90,20 +118,54 @@ class StatusWriter:
         if conditions is not None:
             self.set_volcano(key, podgroup, {"conditions": conditions})
 
-    def queue(self, target: Target, status: dict[str, Any]) -> None:
-        with self._lock:
-            queued = target in self._unwritten
-            self._unwritten[target] = {**self._unwritten.get(target, {}), **status}
-        if not queued:
-            self._pool.submit(self._patch, target)
+    def queue(self, target: Target, status: dict[str, Any], *, defer: bool = False) -> None:
+        """Queues a write; one still queued for the same PodGroup takes the new fields over its own
+        (an urgent one absorbs a deferred one, which then goes at once)."""
+        with self._cond:
+            if target in self._urgent:
+                self._urgent[target] = {**self._urgent[target], **status}
+            elif target in self._deferred:
+                since, earlier = self._deferred[target]
+                if defer:
+                    self._deferred[target] = (since, {**earlier, **status})
+                else:
+                    del self._deferred[target]
+                    self._urgent[target] = {**earlier, **status}
+            elif defer:
+                self._deferred[target] = (self.clock(), status)
+            else:
+                self._urgent[target] = status
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="status", daemon=True)
+                self._thread.start()
+            self._cond.notify()
 
-    def _patch(self, target: Target) -> None:
+    def _next(self) -> tuple[Target, dict[str, Any]] | None:
+        """The next write: urgent ones first, in order; then the oldest deferred one once no bind
+        is pending or it has waited `max_delay`; None when stopping with nothing left."""
+        with self._cond:
+            while True:
+                if self._urgent:
+                    target = next(iter(self._urgent))
+                    return target, self._urgent.pop(target)
+                if self._deferred:
+                    target, (since, status) = next(iter(self._deferred.items()))
+                    if self._stopping or self.clock() - since >= self.max_delay or not self.busy():
+                        del self._deferred[target]
+                        return target, status
+                    self._cond.wait(self.poll)  # binds pending: look again soon
+                elif self._stopping:
+                    return None
+                else:
+                    self._cond.wait()
+
+    def _run(self) -> None:
+        while (item := self._next()) is not None:
+            self._patch(*item)
+
+    def _patch(self, target: Target, status: dict[str, Any]) -> None:
         from aggregator.placement.adapters import kube
 
-        with self._lock:
-            status = self._unwritten.pop(target, None)
-        if not status:
-            return
         flavour, (namespace, name) = target
         try:
             if flavour == VOLCANO:
@@ -113,3 +175,5 @@ class StatusWriter:
         except Exception as exc:
             log.warning("PodGroup %s/%s status not written (retried on the next cycle): %s", namespace, name, exc)
             self.on_failure(target)
+        else:
+            self.completed += 1

@@ -49,10 +49,11 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from aggregator.graph import FabricGraph
-from aggregator.tier_candidates import NVLINK, Domain, candidates
+from aggregator.tier_candidates import NVLINK, Domain
 from aggregator.tier_classes import NodeClasses, Signature, signature_of
 from aggregator.tier_levels import switch_kind
 from aggregator.tier_nesting import Nesting, nest, renest
+from aggregator.tier_parts import CandidateParts
 
 __all__ = [
     "NVLINK",
@@ -101,6 +102,8 @@ class DomainTree:
     # keys whose TreeDomain is a new object since `previous` (None: built from scratch); every other
     # domain is the previous tree's very object
     rebuilt: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    # the candidates kept per part, and this tree's claim on them (aggregator.tier_parts)
+    parts: tuple[CandidateParts, object] | None = field(default=None, compare=False, repr=False)
 
     def ancestors(self, key: str) -> list[str]:
         """The key itself and every domain above it, innermost first."""
@@ -166,8 +169,12 @@ def infer(
     change gets its node set by patching the previous one (a core's 100,000 nodes are not
     gathered again from thousands of classes)."""
     classes = classes if classes is not None else NodeClasses.of(graph)
-    found, switch_levels, uncabled = candidates(graph, classes)
-    kinds = tuple(_ranked_kinds(found, switch_levels, len(graph.label_levels)))
+    parts = CandidateParts.take(previous.parts if previous is not None else None, graph, classes)
+    if parts is None or not parts.update(dirty):
+        parts = CandidateParts(graph, classes)
+    claim = parts.owner = object()
+    found = parts.found()
+    kinds = tuple(_ranked_kinds(found, parts.switch_levels, len(graph.label_levels)))
     by_kind: dict[str, list[Domain]] = defaultdict(list)
     for domain in found:
         by_kind[domain.kind].append(domain)
@@ -210,10 +217,17 @@ def infer(
     if patch:
         domains = {key: domains[key] for key in nesting.accepted}  # nesting order, as from scratch
     lowest = _Lowest(nesting.owner, dict(classes.of_node))
-    node_uncabled = {n: missing for c, missing in uncabled.items() for n in classes.members[c]}
     rebuilt = frozenset(expand.rebuilt) if previous is not None else None
     return DomainTree(
-        domains, tuple(used), lowest, tuple(nesting.dropped), node_uncabled, expand.made, nesting, rebuilt
+        domains,
+        tuple(used),
+        lowest,
+        tuple(nesting.dropped),
+        parts.node_uncabled(),
+        expand.made,
+        nesting,
+        rebuilt,
+        (parts, claim),
     )
 
 
@@ -278,11 +292,12 @@ class _Expansion:
             return None
         members, of_node = self.classes.members, self.classes.of_node
         gone, came = sets[0] - cids, cids - sets[0]
-        arrived = [m for m in self.moved if of_node.get(m) in cids]
-        if not gone and not came and len(arrived) == len(self.moved) and before.domain.nodes >= self.moved:
-            return before.domain.nodes  # the same nodes (a move inside the domain): the very object
-        nodes = before.domain.nodes.difference(self.moved, *(members[c] for c in gone if c in members))
-        return nodes.union(arrived, *(members[c] for c in came))
+        gained = {m for m in self.moved if of_node.get(m) in cids}.union(*(members[c] for c in came))
+        lost = set(self.moved).union(*(members[c] for c in gone if c in members)) - gained
+        old = before.domain.nodes
+        if lost.isdisjoint(old) and gained <= old:
+            return old  # the same nodes (a move inside the domain): the very object, not a copy
+        return old.difference(lost).union(gained)
 
 
 class _Lowest(Mapping[str, str]):

@@ -54,3 +54,28 @@ def test_a_pod_resized_in_place_is_charged_its_new_request() -> None:
     assert cluster.free(["n-0"])["n-0"].cpu_milli == 8000
     cluster.apply("Pod", "ADDED", pod("1", node_name="n-0", rv="4"))  # recreated under the same name
     assert cluster.free(["n-0"])["n-0"].cpu_milli == 7000
+
+
+def test_the_decision_reads_the_same_parsed_request_that_then_charges_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aggregator.placement import decide as decide_module
+    from aggregator.placement import podgroups, topology
+
+    parsed: list[str] = []
+    real = state_module.pod_request
+
+    def counted(p: dict[str, Any]) -> Resources:
+        parsed.append(p["metadata"]["resourceVersion"])
+        return real(p)
+
+    monkeypatch.setattr(state_module, "pod_request", counted)
+    monkeypatch.setattr(decide_module, "pod_request", counted)
+    cluster = ClusterState("s")
+    cluster.apply("Node", "ADDED", node("n-0"))
+    cluster.apply("Pod", "ADDED", pod("500m", rv="1"))
+    view, = podgroups.collect(cluster)
+    tree = topology.build([], topology.node_labels_of(cluster.nodes.values()))
+    decision = decide_module.decide(cluster, tree, view)
+    assert decision.assignments == {("ns", "p"): "n-0"}
+    cluster.assume(("ns", "p"), "n-0")
+    assert parsed == ["1"]  # parsed for the decision, then the charge found it cached
+    assert cluster.free(["n-0"])["n-0"] == Resources(0, 7500, 31 * 1024**3, 109)

@@ -10,14 +10,14 @@ and the HyperNode tree); they become the core's `excluded_nodes`. The placement 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aggregator.placement import core, degraded, nested, subgroups, volcano
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec, Unplaceable, limits_from_annotations
 from aggregator.placement.podgroups import GangView
-from aggregator.placement.resources import pod_request
+from aggregator.placement.resources import Resources, pod_request
 from aggregator.placement.state import FABRIC_TAINT, ClusterState, PodKey, pod_key
 from aggregator.placement.topology import Topology
 
@@ -105,11 +105,13 @@ def gang_limits(view: GangView) -> volcano.Topology:
     return volcano.Topology(mode, tier, tier_name)
 
 
-def core_gang(view: GangView, usable_anchor: Mapping[PodKey, str]) -> Gang:
+def core_gang(view: GangView, usable_anchor: Mapping[PodKey, str],
+              request_of: Callable[[Mapping[str, Any]], Resources] = pod_request) -> Gang:
     """The core's Gang: pending pods to place, at least enough to reach minMember with those placed,
-    and the placed members as anchors (re-placement stays close to the rest of the gang)."""
+    and the placed members as anchors (re-placement stays close to the rest of the gang).
+    `request_of`: a pod's request (the live state's cached parse: it charges the same pods)."""
     limits = gang_limits(view)
-    pods = tuple(PodSpec(_spec_name(pod_key(p)), pod_request(p)) for p in view.pending)
+    pods = tuple(PodSpec(_spec_name(pod_key(p)), request_of(p)) for p in view.pending)
     required = max(1, view.min_member - len(view.placed))
     return Gang(
         name=_spec_name(view.key),
@@ -143,7 +145,7 @@ def decide(
     excluded = filter_nodes(state, view.pending, filter_cache)
     blocked_nodes = frozenset(excluded)
     anchors = {k: n for k, n in view.placed.items() if n not in blocked_nodes and _domain_ok(topology, n, excluded_domains)}
-    gang = core_gang(view, anchors)
+    gang = core_gang(view, anchors, state.request_of)
     try:
         policies = subgroup_policies(view)
     except subgroups.SubGroupError as exc:

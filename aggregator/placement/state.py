@@ -193,6 +193,10 @@ class ClusterState:
         self._charge(node, charge[1])
         self.on_node.setdefault(node, set()).add(key)
 
+    def request_of(self, pod: Mapping[str, Any]) -> Resources:
+        """A pod's request, through the same cache that charges it (decisions read it too)."""
+        return self._request(pod_key(pod), pod)
+
     def _request(self, key: PodKey, pod: Mapping[str, Any]) -> Resources:
         """The pod's request, parsed again only when what it is computed from changed: a pod is
         charged at its list, at our assumption and at its bind event, and parsing its quantity

@@ -40,6 +40,7 @@ from aggregator.health import (
     member_health,
     with_fabric_faults,
 )
+from aggregator.layered import Layered
 from aggregator.sources import Source
 from aggregator.sources.ibnetdiscover import Dumps, Fabric, HostNames
 from aggregator.sources.labels import LabelLevels
@@ -115,7 +116,7 @@ def sources_of(
 @dataclass(frozen=True)
 class Desired:
     hypernodes: list[dict[str, Any]]  # full objects, sorted by name
-    node_labels: dict[str, dict[str, str]]  # node -> {hypertopo.io/<tierName>: HyperNode name}
+    node_labels: Mapping[str, dict[str, str]]  # node -> {hypertopo.io/<tierName>: HyperNode name}
     unhealthy_nodes: frozenset[str]
     degraded_nodes: frozenset[str] = frozenset()  # members with grey findings (FabricDegraded)
     changed: frozenset[str] = frozenset()  # HyperNode names added, changed or removed since last time
@@ -148,7 +149,7 @@ class Pipeline:
         self._names: dict[str, str] = {}
         self._health: dict[str, MemberHealth] = {}
         self._objects: dict[str, dict[str, Any]] = {}
-        self._node_labels: dict[str, dict[str, str]] = {}
+        self._node_labels: Mapping[str, dict[str, str]] = {}
         self._order: list[str] = []  # HyperNode names, sorted
         self._unhealthy: set[str] = set()
         self._unknown: set[str] = set()
@@ -337,24 +338,26 @@ class Pipeline:
     def _relabel(
         self, old: DomainTree, tree: DomainTree, changed: set[str], removed: set[str], members: set[str]
     ) -> None:
-        """Node labels of the nodes whose chain of domains may have changed (copy on write)."""
+        """Node labels of the nodes whose chain of domains may have changed (a new version of the
+        map that shares the rest with the last one: aggregator.layered)."""
         touched = set(members)
         for key in changed:
             before = old.domains.get(key)
             now_nodes = tree.domains[key].domain.nodes
-            touched |= now_nodes if before is None else now_nodes ^ before.domain.nodes
+            if before is None or before.domain.nodes is not now_nodes:
+                touched |= now_nodes if before is None else now_nodes ^ before.domain.nodes
             if before is not None and before.parent != tree.domains[key].parent:
                 touched |= now_nodes
         for key in removed:
             touched |= old.domains[key].domain.nodes
-        labels = dict(self._node_labels)
+        labels: dict[str, dict[str, str]] = {}
         for n in touched:
             keys = tree.domains_of(n)
             if keys:
                 labels[n] = {NODE_LABEL_PREFIX + tree.domains[k].tier_name: self._names[k] for k in keys}
-            else:
-                labels.pop(n, None)
-        self._node_labels = labels
+        last = self._node_labels  # shared with the Desired handed out: never written
+        layered = last if isinstance(last, Layered) else Layered(last)
+        self._node_labels = layered.changed(labels, touched - labels.keys())
 
     def _rerender(self, keys: list[str], now: float) -> Desired:
         return self._desired(frozenset(self._render(keys, now)))

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from aggregator.graph import FabricGraph
+from aggregator.layered import Layered
 from aggregator.tier_candidates import NVLINK, Domain
 from aggregator.tier_classes import NodeClasses, Signature, signature_of
 from aggregator.tier_levels import switch_kind
@@ -216,7 +217,7 @@ def infer(
         )
     if patch:
         domains = {key: domains[key] for key in nesting.accepted}  # nesting order, as from scratch
-    lowest = _Lowest(nesting.owner, dict(classes.of_node))
+    lowest = _Lowest(nesting.owner, _class_of_node(classes, previous, moved))
     rebuilt = frozenset(expand.rebuilt) if previous is not None else None
     return DomainTree(
         domains,
@@ -300,12 +301,29 @@ class _Expansion:
         return old.difference(lost).union(gained)
 
 
+def _class_of_node(
+    classes: NodeClasses, previous: DomainTree | None, moved: Set[str] | None
+) -> Layered[str, str]:
+    """node -> class id as it is now, for the tree to keep (the classes change on): the previous
+    tree's map with the moved nodes changed when they are known, else a copy."""
+    if moved is not None and previous is not None and isinstance(previous.lowest, _Lowest):
+        of_node = classes.of_node
+        return previous.lowest.of_node.changed(
+            {n: of_node[n] for n in moved if n in of_node}, {n for n in moved if n not in of_node}
+        )
+    return Layered(dict(classes.of_node))
+
+
 class _Lowest(Mapping[str, str]):
     """node -> key of the smallest domain holding it, through the node's class."""
 
-    def __init__(self, by_class: dict[str, str], of_node: dict[str, str]) -> None:
+    def __init__(self, by_class: dict[str, str], of_node: Layered[str, str]) -> None:
         self._by_class = by_class
         self._of_node = of_node
+
+    @property
+    def of_node(self) -> Layered[str, str]:
+        return self._of_node
 
     def __getitem__(self, node: str) -> str:
         return self._by_class[self._of_node[node]]

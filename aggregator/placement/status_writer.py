@@ -138,7 +138,11 @@ class StatusWriter:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="status", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if not defer or (len(self._deferred) == 1 and not self._urgent):
+                # a deferred write joining others needs no wake-up: the writer already looks
+                # every `poll` seconds while deferred writes wait (one wake-up per bound gang
+                # handed the loop thread's time to a writer that would only wait again)
+                self._cond.notify()
 
     def _next(self) -> tuple[Target, dict[str, Any]] | None:
         """The next write: urgent ones first, in order; then the oldest deferred one once no bind

@@ -56,4 +56,5 @@ def test_binding_benchmark_binds_every_pod_of_many_small_gangs(apiserver: Contro
     result = bench_binding.measure(apiserver, pods=200, gang=4, nodes=20, tag=f"b{unique}")
     assert result["bound"] == 200
     assert result["gangs_scheduled"] == 50
+    assert result["status_written"] == 50  # every gang's PodGroup status, written after its binds
     assert result["pods_per_second"] > 0

@@ -118,17 +118,28 @@ class CandidateParts:
     def update(self, dirty: Iterable[str], *, fresh: bool = False) -> bool:
         """Works the dirty classes' changes in; False when the change reached what the parts
         assume fixed (which switches are promoted spines): then the caller builds a fresh state."""
-        moves = self._reweigh(dirty)
+        moves = self._weigh_all() if fresh else self._reweigh(dirty)
         if fresh:
             self.promoted = promoted_switches(self.graph, self.hosts_on)
         elif not self._promoted_kept(moves):
             return False
         self._regroup_nvlink(moves)
-        changed_groups = self._regroup_leaves(moves)
+        changed_groups = self._regroup_leaves(moves, fresh)
         self._relevel(changed_groups, fresh)
         if self.graph.label_levels:
             self.labels = label_domains(self.graph, self.classes, self.switch_levels)
         return True
+
+    def _weigh_all(self) -> list[Move]:
+        """`_reweigh` of every class into an empty state, in one pass."""
+        members = self.classes.members
+        self.seen = {cid: (sig[0], sig[1], len(members[cid])) for cid, sig in self.classes.signature.items()}
+        hosts_on: dict[str, int] = defaultdict(int)
+        for switches, _clique, weight in self.seen.values():
+            for switch in switches:
+                hosts_on[switch] += weight
+        self.hosts_on = dict(hosts_on)
+        return [(cid, None, entry) for cid, entry in self.seen.items()]
 
     def _reweigh(self, dirty: Iterable[str]) -> list[Move]:
         """(class, before, now) per dirty class; the hosts per switch updated."""
@@ -197,14 +208,14 @@ class CandidateParts:
             if old is None or old.nodes != cids:
                 self.nvlink[clique] = Domain(f"{NVLINK}:{clique}", NVLINK, (str(clique),), frozenset(cids))
 
-    def _regroup_leaves(self, moves: list[Move]) -> dict[LeafSet, Domain | None]:
-        """Settles again the parts of the leaf sets the moves reach; returns the leaf groups whose
-        domain changed (None: gone)."""
+    def _regroup_leaves(self, moves: list[Move], fresh: bool) -> dict[LeafSet, Domain | None]:
+        """Settles again the parts of the leaf sets the moves reach (all of them when fresh);
+        returns the leaf groups whose domain changed (None: gone)."""
         changed = self._resize(moves)
-        reached = _reach(changed, self.sets_on)
-        old_groups = {self.group_of.pop(sw) for sw in reached | changed if sw in self.group_of}
         exact = self.exact
-        for sw in reached:
+        reached = set(exact) if fresh else _reach(changed, self.sets_on)
+        old_groups = {self.group_of.pop(sw) for sw in reached | changed if sw in self.group_of}
+        for sw in () if fresh else reached:
             for cid in exact[sw]:
                 self.uncabled.pop(cid, None)
         group_of, missing = settle_leaf_sets(reached, self.size)

@@ -16,12 +16,21 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """No automatic collection inside the block (one already paused by the caller stays paused)."""
+def collector_paused(*, freeze: bool = False) -> Iterator[None]:
+    """No automatic collection inside the block (one already paused by the caller stays paused).
+
+    `freeze`: what is alive when the block ends (the block built a long-lived, acyclic state) is
+    moved out of the collector's sight (`gc.freeze`) before the collector resumes. Otherwise the
+    first allocation after it walks everything the block built (~2 million objects after a full
+    build at 100,000 nodes: 0.6-0.8 s). Refcounting still frees a frozen object when its last
+    reference goes; only a reference cycle among frozen objects would never be collected, so
+    freeze only what has none (tests/test_aggregator_controller_heap.py checks the pipeline's)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
+        if freeze:
+            gc.freeze()
     finally:
         if enabled:
             gc.enable()

@@ -371,6 +371,8 @@ class Controller:
                 self.changed.clear()
             if not self.synced():
                 continue
+            if not self.heap_frozen:  # the start-up's cyclic garbage, freed before a full build
+                gc.collect()  # freezes what is alive (Pipeline freeze_built_state) rather than kept
             self._guarded_cycle()
             if not self.heap_frozen:
                 self.heap_frozen = freeze_start_up_heap()
@@ -449,6 +451,7 @@ def pipeline_compute(args: argparse.Namespace, sources: Sequence[Source] | None 
         ready_threshold=args.ready_threshold,
         hold_down_seconds=args.hold_down,
         degraded_threshold=args.degraded_threshold,
+        freeze_built_state=True,  # its full builds live until the next one: out of the collector's sight
     )
     if sources is None:
         sources = load_sources(args, live=True)

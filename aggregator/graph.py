@@ -14,8 +14,9 @@ decides tiers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import NamedTuple
 
 from agent.report import RdmaDevice
@@ -96,21 +97,12 @@ class FabricGraph:
     uplinks: set[tuple[str, str]] = field(default_factory=set)  # directed (child, parent)
     attached_by_guid: dict[str, set[str]] = field(default_factory=dict)  # HCA GUID -> switches
     attached_by_host: dict[str, set[str]] = field(default_factory=dict)  # host name -> switches
-    # node -> switches (model); the nodes declared alike share one set (a rack's 18 nodes, a block)
-    declared: dict[str, frozenset[str]] = field(default_factory=dict)
+    declared: dict[str, set[str]] = field(default_factory=dict)  # node -> switches (model)
     nvlink_declared: dict[str, str] = field(default_factory=dict)  # node -> domain (model)
     label_paths: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     label_levels: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)  # what the sources could not place, for people
     fabric_faults: dict[str, list[FabricFault]] = field(default_factory=dict)  # node -> faults (UFM)
-    # memos of the sets many nodes share: (declared so far, one more switch) -> declared, and
-    # (reported, declared) -> attached; a full build has ~5,600 distinct ones for 100,000 nodes
-    _declared_sets: dict[tuple[frozenset[str] | None, str], frozenset[str]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
-    _unions: dict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
 
     # -- building -------------------------------------------------------------------------------
     def add_node(self, node: str) -> None:
@@ -156,17 +148,9 @@ class FabricGraph:
     def declare(self, node: str, switch: str, nvlink: str | None = None) -> None:
         self.nodes.add(node)
         self.switches.add(switch)
-        self.declared[node] = self._plus(self.declared.get(node), switch)
+        self.declared.setdefault(node, set()).add(switch)
         if nvlink:
             self.nvlink_declared.setdefault(node, nvlink)
-
-    def _plus(self, found: frozenset[str] | None, switch: str) -> frozenset[str]:
-        """`found` and `switch`, one shared set per distinct pair."""
-        key = (found, switch)
-        got = self._declared_sets.get(key)
-        if got is None:
-            got = self._declared_sets[key] = frozenset((switch,)) if found is None else found | {switch}
-        return got
 
     def declare_block(self, nodes: Iterable[str], switch: str, nvlink: str | None = None) -> None:
         """`declare` for every node of a block cabled to one switch (a model's block): one call
@@ -174,9 +158,13 @@ class FabricGraph:
         nodes = tuple(nodes)
         self.nodes.update(nodes)
         self.switches.add(switch)
-        declared, plus = self.declared, self._plus
+        declared = self.declared
         for node in nodes:
-            declared[node] = plus(declared.get(node), switch)
+            found = declared.get(node)
+            if found is None:
+                declared[node] = {switch}
+            else:
+                found.add(switch)
         if nvlink:
             known = self.nvlink_declared
             for node in nodes:
@@ -196,20 +184,20 @@ class FabricGraph:
                 self.label_paths[node] = tuple(path)
 
     # -- reading --------------------------------------------------------------------------------
+    def nodes_in_order(self) -> Iterator[str]:
+        """Every node, those with facts first, in the order their facts were set (their reports'
+        order, near the order their objects lie in memory): a walk over 100,000 nodes in the set's
+        hash order instead takes twice as long, in cache misses."""
+        return chain(self.facts, self.nodes.difference(self.facts))
+
     def attached_switches(self, node: str) -> frozenset[str]:
         """Every switch the node is cabled to, by any source."""
         facts = self.facts.get(node)
         if not self.attached_by_guid and not self.attached_by_host:  # no dump, no UFM: the usual case
             declared = self.declared.get(node)
             if facts is None:
-                return declared or frozenset()
-            if not declared:
-                return facts.switches
-            key = (facts.switches, declared)  # the nodes of a rack: the same two sets, one union
-            union = self._unions.get(key)
-            if union is None:
-                union = self._unions[key] = facts.switches | declared
-            return union
+                return frozenset(declared or ())
+            return facts.switches | declared if declared else facts.switches
         found = set(facts.switches) if facts is not None else set()
         for guid in facts.guids if facts is not None else ():
             found.update(self.attached_by_guid.get(guid, ()))

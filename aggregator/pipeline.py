@@ -136,8 +136,16 @@ def build_graph(inputs: ClusterInputs) -> FabricGraph:
 
 class Pipeline:
     def __init__(
-        self, *, ready_threshold: float = 0.0, hold_down_seconds: float = 0.0, degraded_threshold: float = 0.0
+        self,
+        *,
+        ready_threshold: float = 0.0,
+        hold_down_seconds: float = 0.0,
+        degraded_threshold: float = 0.0,
+        freeze_built_state: bool = False,
     ) -> None:
+        """`freeze_built_state`: a long-running process (the controller) keeps what a full build
+        made out of the cyclic collector's sight (aggregator.collector); a one-shot one need not."""
+        self.freeze_built_state = freeze_built_state
         self.threshold = Threshold(ready_threshold)
         self.hold = HoldDown(hold_down_seconds)
         self.degraded = DegradedConditions(Threshold(degraded_threshold), HoldDown(hold_down_seconds))
@@ -158,7 +166,7 @@ class Pipeline:
     def compute(self, inputs: ClusterInputs, now: float) -> Desired:
         """Everything from the inputs: graph, classes, tree, health, objects and labels (the
         collector paused meanwhile: the build makes ~2 million acyclic objects at 100,000 nodes)."""
-        with collector_paused():
+        with collector_paused(freeze=self.freeze_built_state):
             return self._compute(inputs, now)
 
     def _compute(self, inputs: ClusterInputs, now: float) -> Desired:
@@ -268,7 +276,7 @@ class Pipeline:
         reports, ready, agents = inputs.reports, inputs.node_ready, inputs.agent_ready
         special = self._graph.fabric_faults.keys() | (self._tree.uncabled.keys() if self._tree else set())
         health: dict[str, MemberHealth] = {}
-        for n in self._graph.nodes:  # `_member` unrolled for the members with no fabric fault
+        for n in self._graph.nodes_in_order():  # `_member` unrolled for the members with no fabric fault
             if n in special:
                 health[n] = self._member(n)
                 continue

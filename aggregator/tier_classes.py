@@ -44,7 +44,7 @@ class NodeClasses:
         class's id follows where its first node comes), built in one pass per class."""
         grouped: dict[Signature, list[str]] = {}
         attached, clique, paths = graph.attached_switches, graph.nvlink_of, graph.label_paths
-        for node in graph.nodes:  # in any order: the classes are ordered by their first node below
+        for node in graph.nodes_in_order():  # the classes are ordered by their first node below
             signature = (attached(node), clique(node), paths.get(node, ()))
             found = grouped.get(signature)
             if found is None:

@@ -148,6 +148,7 @@ def _heights(down: Mapping[str, set[str]], leaves: set[str], linked: set[str]) -
 
     for s in sorted(linked | set(down) | leaves):
         height(s, frozenset())
+    del height  # it refers to itself through its closure cell: emptied, that cycle is gone
     return levels
 
 

@@ -254,15 +254,15 @@ def test_label_levels_repeating_a_key_are_refused() -> None:
         labels.parse_levels("zone,rack,zone")
 
 
-def test_nodes_declared_alike_share_one_switch_set_and_attach_to_the_union_with_their_cabling() -> None:
+def test_a_node_attaches_to_the_switches_its_model_declares_and_those_it_reports() -> None:
     graph = FabricGraph()
     graph.declare_block(["a", "b", "c"], "leaf1")
     graph.declare_block(["a", "b"], "leaf2")
     graph.declare("c", "leaf3")
-    assert graph.declared["a"] is graph.declared["b"] and graph.declared["a"] == {"leaf1", "leaf2"}
-    assert graph.declared["c"] == {"leaf1", "leaf3"}
     graph.set_node_facts("a", nodetopology.NodeFacts(frozenset({"leaf9"})))
-    graph.set_node_facts("b", nodetopology.NodeFacts(frozenset({"leaf9"})))
+    graph.set_node_facts("d", nodetopology.NodeFacts(frozenset({"leaf9"})))
     assert graph.attached_switches("a") == {"leaf1", "leaf2", "leaf9"}
-    assert graph.attached_switches("a") is graph.attached_switches("b")
+    assert graph.attached_switches("b") == {"leaf1", "leaf2"}
     assert graph.attached_switches("c") == {"leaf1", "leaf3"}
+    assert graph.attached_switches("d") == {"leaf9"}
+    assert list(graph.nodes_in_order())[:2] == ["a", "d"] and set(graph.nodes_in_order()) == {"a", "b", "c", "d"}

@@ -127,29 +127,32 @@ def _downlinks(graph: FabricGraph, leaves: set[str]) -> dict[str, set[str]]:
 def _heights(down: Mapping[str, set[str]], leaves: set[str], linked: set[str]) -> dict[str, int]:
     """Longest path up from a leaf to each switch (cycles broken where a path meets itself)."""
     levels: dict[str, int] = {}
-
-    def height(s: str, visiting: frozenset[str]) -> int | None:
-        if s in levels:
-            return levels[s]
-        if s in leaves:
-            levels[s] = 0
-            return 0
-        below = [
-            h
-            for c in down.get(s, ())
-            if c not in visiting
-            for h in [height(c, visiting | {s})]
-            if h is not None
-        ]
-        if not below:
-            return None
-        levels[s] = 1 + max(below)
-        return levels[s]
-
     for s in sorted(linked | set(down) | leaves):
-        height(s, frozenset())
-    del height  # it refers to itself through its closure cell: emptied, that cycle is gone
+        _height(s, frozenset(), down, leaves, levels)
     return levels
+
+
+def _height(
+    s: str, visiting: frozenset[str], down: Mapping[str, set[str]], leaves: set[str], levels: dict[str, int]
+) -> int | None:
+    """A module function, not a closure: a closure calling itself is a reference cycle that only
+    the collector frees, and it would hold `levels` and `down` until then."""
+    if s in levels:
+        return levels[s]
+    if s in leaves:
+        levels[s] = 0
+        return 0
+    below = [
+        h
+        for c in down.get(s, ())
+        if c not in visiting
+        for h in [_height(c, visiting | {s}, down, leaves, levels)]
+        if h is not None
+    ]
+    if not below:
+        return None
+    levels[s] = 1 + max(below)
+    return levels[s]
 
 
 def promoted_switches(graph: FabricGraph, hosts_on: Mapping[str, int]) -> set[str]:

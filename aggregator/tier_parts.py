@@ -21,7 +21,7 @@ an older tree handing it on again gets a fresh one (`take` answers None).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -123,7 +123,7 @@ class CandidateParts:
             self.promoted = promoted_switches(self.graph, self.hosts_on)
         elif not self._promoted_kept(moves):
             return False
-        self._regroup_nvlink(moves)
+        self._regroup_nvlink(moves, fresh)
         changed_groups = self._regroup_leaves(moves, fresh)
         self._relevel(changed_groups, fresh)
         if self.graph.label_levels:
@@ -190,7 +190,18 @@ class CandidateParts:
             return None
         return (entry[0] - self.promoted) or entry[0] if self.promoted else entry[0]
 
-    def _regroup_nvlink(self, moves: list[Move]) -> None:
+    def _regroup_nvlink(self, moves: list[Move], fresh: bool) -> None:
+        """The NVLink domains of the cliques the moves touch (of every clique when fresh)."""
+        if fresh:
+            cliques: dict[str, set[str]] = defaultdict(set)
+            for cid, _before, now in moves:
+                if now is not None and now[1]:
+                    cliques[now[1]].add(cid)
+            self.cliques = dict(cliques)
+            self.nvlink = {
+                d: Domain(f"{NVLINK}:{d}", NVLINK, (str(d),), frozenset(c)) for d, c in cliques.items()
+            }
+            return
         touched = set()
         for cid, before, now in moves:
             if before is not None and before[1]:
@@ -211,7 +222,7 @@ class CandidateParts:
     def _regroup_leaves(self, moves: list[Move], fresh: bool) -> dict[LeafSet, Domain | None]:
         """Settles again the parts of the leaf sets the moves reach (all of them when fresh);
         returns the leaf groups whose domain changed (None: gone)."""
-        changed = self._resize(moves)
+        changed = self._fill(moves) if fresh else self._resize(moves)
         exact = self.exact
         reached = set(exact) if fresh else _reach(changed, self.sets_on)
         old_groups = {self.group_of.pop(sw) for sw in reached | changed if sw in self.group_of}
@@ -225,6 +236,11 @@ class CandidateParts:
             members[group] |= exact[sw]
             if missing[sw]:
                 self.uncabled.update(dict.fromkeys(exact[sw], missing[sw]))
+        if fresh:
+            self.groups = {group: switch_domain("leaf", group, cids) for group, cids in members.items()}
+            self.leaf_use = dict(Counter(leaf for group in members for leaf in group))
+            self.leaves_stale = True
+            return dict(self.groups)
         out: dict[LeafSet, Domain | None] = {}
         for group in old_groups - members.keys():
             del self.groups[group]
@@ -238,6 +254,23 @@ class CandidateParts:
                 self._use(group, 1)
             self.groups[group] = out[group] = switch_domain("leaf", group, cids)
         return out
+
+    def _fill(self, moves: list[Move]) -> set[LeafSet]:
+        """`_resize` of every class into an empty state, in one pass."""
+        exact: dict[LeafSet, set[str]] = defaultdict(set)
+        size: dict[LeafSet, int] = defaultdict(int)
+        for cid, _before, now in moves:
+            sw = self._leaf_set(now)
+            if sw is not None and now is not None:
+                exact[sw].add(cid)
+                size[sw] += now[2]
+        self.exact, self.size = dict(exact), dict(size)
+        sets_on: dict[str, set[LeafSet]] = defaultdict(set)
+        for sw in exact:
+            for leaf in sw:
+                sets_on[leaf].add(sw)
+        self.sets_on = dict(sets_on)
+        return set(exact)
 
     def _resize(self, moves: list[Move]) -> set[LeafSet]:
         """The moved classes out of their old exact leaf sets and into their new ones; returns

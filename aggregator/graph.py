@@ -14,7 +14,7 @@ decides tiers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple
@@ -152,19 +152,21 @@ class FabricGraph:
         if nvlink:
             self.nvlink_declared.setdefault(node, nvlink)
 
-    def declare_block(self, nodes: Iterable[str], switch: str, nvlink: str | None = None) -> None:
-        """`declare` for every node of a block cabled to one switch (a model's block): one call
-        per block instead of per node, which is most of a model's cost at 100,000 nodes."""
+    def declare_block(self, nodes: Iterable[str], switch: str | Sequence[str], nvlink: str | None = None) -> None:
+        """`declare` for every node of a block cabled to one switch (a model's block), or to each of
+        several (the consecutive blocks of one rack, one per rail): one call per block instead of
+        per node, which is most of a model's cost at 100,000 nodes."""
         nodes = tuple(nodes)
+        switches = (switch,) if isinstance(switch, str) else tuple(switch)
         self.nodes.update(nodes)
-        self.switches.add(switch)
+        self.switches.update(switches)
         declared = self.declared
         for node in nodes:
             found = declared.get(node)
             if found is None:
-                declared[node] = {switch}
+                declared[node] = set(switches)
             else:
-                found.add(switch)
+                found.update(switches)
         if nvlink:
             known = self.nvlink_declared
             for node in nodes:

@@ -11,8 +11,9 @@ NVLink domain names are mapped to the clique IDs agents of that model report
 from __future__ import annotations
 
 import argparse
+from itertools import groupby
 
-from agent.cluster_model import ClusterModel, fabric_of, load_model
+from agent.cluster_model import Block, ClusterModel, fabric_of, load_model
 from aggregator.graph import FabricGraph
 from aggregator.sources import Cluster, Source
 
@@ -23,16 +24,24 @@ def apply(graph: FabricGraph, model: ClusterModel, *, declare_nodes: bool = True
         graph.add_uplink(child, parent)
     graph.switches.update(model.switches)
     domains: dict[str, str] = {}
-    for block in model.blocks:
+    known = graph.nodes
+    # consecutive blocks of the same nodes (a rack, one block per rail) are declared in one go, in
+    # order, so a node's NVLink domain is still the first its blocks name
+    for run in (list(run) for _, run in groupby(model.blocks, key=_nodes_of)):
         nvlink = None
-        if block.domain:
-            if block.domain not in domains:
-                cluster_uuid, clique = fabric_of(block.domain)
-                domains[block.domain] = f"{cluster_uuid}/{clique}"
-            nvlink = domains[block.domain]
-        known = graph.nodes
-        nodes = block.nodes if declare_nodes else [n for n in block.nodes if n in known]
-        graph.declare_block(nodes, block.switch, nvlink)
+        for block in run:
+            if block.domain:
+                if block.domain not in domains:
+                    cluster_uuid, clique = fabric_of(block.domain)
+                    domains[block.domain] = f"{cluster_uuid}/{clique}"
+                nvlink = domains[block.domain]
+                break
+        nodes = run[0].nodes if declare_nodes else [n for n in run[0].nodes if n in known]
+        graph.declare_block(nodes, [block.switch for block in run], nvlink)
+
+
+def _nodes_of(block: Block) -> tuple[str, ...]:
+    return block.nodes
 
 
 class ModelFile(Source):

@@ -265,4 +265,35 @@ def test_a_node_attaches_to_the_switches_its_model_declares_and_those_it_reports
     assert graph.attached_switches("b") == {"leaf1", "leaf2"}
     assert graph.attached_switches("c") == {"leaf1", "leaf3"}
     assert graph.attached_switches("d") == {"leaf9"}
-    assert list(graph.nodes_in_order())[:2] == ["a", "d"] and set(graph.nodes_in_order()) == {"a", "b", "c", "d"}
+    assert list(graph.nodes_in_order())[:2] == ["a", "d"] and set(graph.nodes_in_order()) == {
+        "a",
+        "b",
+        "c",
+        "d",
+    }
+
+
+def test_a_racks_rail_blocks_declare_every_rail_and_the_first_nvlink_domain_named() -> None:
+    from agent.cluster_model import DOMAIN_ANNOTATION, fabric_of
+    from aggregator.sources import model as model_source
+
+    model = parse_model(
+        {
+            "switches": {"spine": {"switches": ["leafA", "leafB", "leafC", "leafD"]}},
+            "blocks": [
+                {"switch": "leafA", "nodes": ["n[1-2]"]},
+                {"switch": "leafB", "nodes": ["n[1-2]"], "annotations": {DOMAIN_ANNOTATION: "rackX"}},
+                {"switch": "leafC", "nodes": ["n[1-2]"], "annotations": {DOMAIN_ANNOTATION: "rackY"}},
+                {"switch": "leafD", "nodes": ["n[2-3]"], "annotations": {DOMAIN_ANNOTATION: "rackZ"}},
+            ],
+        }
+    )
+    graph = FabricGraph()
+    model_source.apply(graph, model)
+    assert graph.declared == {
+        "n1": {"leafA", "leafB", "leafC"},
+        "n2": {"leafA", "leafB", "leafC", "leafD"},
+        "n3": {"leafD"},
+    }
+    x, z = ("/".join(map(str, fabric_of(rack))) for rack in ("rackX", "rackZ"))
+    assert graph.nvlink_declared == {"n1": x, "n2": x, "n3": z}

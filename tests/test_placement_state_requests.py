@@ -25,7 +25,8 @@ def pod(cpu: str, *, node_name: str = "", rv: str = "1") -> dict[str, Any]:
     return {"metadata": {"namespace": "ns", "name": "p", "uid": "u", "resourceVersion": rv}, "spec": spec}
 
 
-def test_a_pod_charged_three_times_has_its_requests_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def counting_parses(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[str]:
+    """Patches `pod_request` in these modules to note the resourceVersion of every pod it parses."""
     parsed: list[str] = []
     real = state_module.pod_request
 
@@ -33,7 +34,13 @@ def test_a_pod_charged_three_times_has_its_requests_parsed_once(monkeypatch: pyt
         parsed.append(p["metadata"]["resourceVersion"])
         return real(p)
 
-    monkeypatch.setattr(state_module, "pod_request", counted)
+    for module in modules:
+        monkeypatch.setattr(module, "pod_request", counted)
+    return parsed
+
+
+def test_a_pod_charged_three_times_has_its_requests_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = counting_parses(monkeypatch, state_module)
     cluster = ClusterState("s")
     cluster.apply("Node", "ADDED", node("n-0"))
     cluster.apply("Pod", "ADDED", pod("500m", rv="1"))  # pending: nothing charged
@@ -60,15 +67,7 @@ def test_the_decision_reads_the_same_parsed_request_that_then_charges_the_pod(mo
     from aggregator.placement import decide as decide_module
     from aggregator.placement import podgroups, topology
 
-    parsed: list[str] = []
-    real = state_module.pod_request
-
-    def counted(p: dict[str, Any]) -> Resources:
-        parsed.append(p["metadata"]["resourceVersion"])
-        return real(p)
-
-    monkeypatch.setattr(state_module, "pod_request", counted)
-    monkeypatch.setattr(decide_module, "pod_request", counted)
+    parsed = counting_parses(monkeypatch, state_module, decide_module)
     cluster = ClusterState("s")
     cluster.apply("Node", "ADDED", node("n-0"))
     cluster.apply("Pod", "ADDED", pod("500m", rv="1"))

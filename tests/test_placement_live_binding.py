@@ -43,6 +43,12 @@ class Interloper(kube.KubeClient):
         super().bind(namespace, name, uid, node)
 
 
+def bind_counts(sched: Any) -> dict[str, float | None]:
+    """The scheduler's bind counters by result (None where never counted)."""
+    return {r: sched.metrics.registry.get_sample_value("hypertopo_scheduler_binds_total", {"result": r})
+            for r in ("bound", "failed", "rolled_back")}
+
+
 def gang_of_eight(cluster: Cluster, scheduler: str) -> None:
     cluster.add_podgroup("g", 8)
     cluster.add_pods([cluster.pod_body(f"g-{i}", scheduler, gang="g") for i in range(8)])
@@ -62,9 +68,9 @@ def test_a_pod_bound_by_someone_else_mid_gang_rolls_the_gang_back(cluster: Clust
         wait_for("7 pods rolled back", lambda: set(cluster.pods()) == {"g-3"})
         placement = cluster.placement()
         assert list(placement) == ["g-3"]  # only the interloper's own binding is left
-        binds = {r: sched.metrics.registry.get_sample_value("hypertopo_scheduler_binds_total", {"result": r})
-                 for r in ("bound", "failed", "rolled_back")}
-        assert binds == {"bound": 0, "failed": 1, "rolled_back": 7}
+        # the rollback's deletions are visible before the scheduler thread counts the outcome
+        wait_for("the outcome counted", lambda: bind_counts(sched)["rolled_back"] is not None)  # counted last
+        assert bind_counts(sched) == {"bound": 0, "failed": 1, "rolled_back": 7}
         message = cluster.wait_events("FailedScheduling")[0]["message"]
         assert "binding g-3 failed" in message and "7 bound pod(s) rolled back" in message
         # the assumptions are released: every node is free again but the interloper's
@@ -88,7 +94,8 @@ def test_a_pod_recreated_under_the_same_name_is_refused_by_the_uid_precondition(
         gang_of_eight(cluster, sched.options.scheduler_name)
         wait_for("rolled back to the recreated pod alone", lambda: set(cluster.pods()) == {"g-5"})
         assert cluster.placement() == {}  # the new g-5 (new UID) was not bound by the stale decision
-        assert sched.metrics.registry.get_sample_value("hypertopo_scheduler_binds_total", {"result": "failed"}) == 1
+        wait_for("the outcome counted", lambda: bind_counts(sched)["rolled_back"] is not None)  # counted last
+        assert bind_counts(sched) == {"bound": 0, "failed": 1, "rolled_back": 7}
 
 
 def test_eviction_blocked_by_a_pod_disruption_budget_is_retried_not_forced(cluster: Cluster) -> None:

@@ -10,6 +10,7 @@ applied by hand) before the controller is trusted with it. `run` is the controll
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -32,6 +33,7 @@ from agent.command_line import (
     summarise,
 )
 from agent.report import KIND, NodeReport
+from aggregator.object_files import of_kind, read_objects
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.registry import add_source_arguments, load_sources
 from aggregator.render import as_list
@@ -43,49 +45,40 @@ log = logging.getLogger("hypertopo-aggregator")
 PROG = "hypertopo-aggregator"
 
 
-def _documents(path: Path) -> Iterator[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-        docs = [json.loads(text)] if path.suffix == ".json" else yaml_codec.load_all(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise InputError(path, f"cannot read: {one_line(str(exc), width=200)}") from exc
-    for doc in docs:
-        if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List"):
-            yield from (item for item in doc.get("items") or [] if isinstance(item, dict))
-        elif isinstance(doc, dict):
-            yield doc
-
-
 def load_reports(paths: Sequence[str], *, strict: bool = True) -> dict[str, NodeReport]:
     """NodeTopology objects from files (one object, several YAML documents, or a List) and from
     directories of such files (*.yaml, *.yml, *.json).
 
-    An unreadable file or report raises InputError (file, object, field path) when `strict`; else
-    it is skipped with a warning, as the live aggregator skips an unreadable NodeTopology, so one
-    bad report never hides the rest of the cluster. A node reported twice keeps its last report."""
+    An unreadable file, document or report raises InputError (file, object, field path) when
+    `strict`; else it is skipped with a warning, as the live aggregator skips an unreadable
+    NodeTopology, so one bad report never hides the rest of the cluster. A file named on the
+    command line that holds other objects but no NodeTopology is the wrong file: an error either
+    way (a directory's other files are passed over). A node reported twice keeps its last report."""
     reports: dict[str, NodeReport] = {}
     seen_in: dict[str, Path] = {}
     skipped: list[str] = []
-    for file in _report_files(paths):
+
+    def skip(error: InputError, what: str) -> None:
+        if strict:
+            raise error
+        skipped.append(what)
+        log.warning("%s (skipped; --strict refuses it)", error)
+
+    for file, named in _report_files(paths):
         try:
-            objects = list(_documents(file))
+            objects = read_objects(file, KIND, functools.partial(skip, what=f"{file} (a document)"))
         except InputError as exc:
-            if strict:
-                raise
-            skipped.append(f"{file}")
-            log.warning("%s", exc)
+            skip(exc, f"{file}")
             continue
-        for obj in objects:
-            if obj.get("kind") != KIND:
-                continue
+        topologies = of_kind(objects, KIND, file) if named else [o for o in objects if o.get("kind") == KIND]
+        for obj in topologies:
             try:
                 report = nodetopology.report_from_object(obj)
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
                 error = InputError(file, one_line(str(exc), width=300), f"NodeTopology {_name_of(obj)!r}")
                 if strict:
                     raise error from exc
-                skipped.append(f"{file}:{_name_of(obj)}")
-                log.warning("%s (skipped; --strict refuses it)", error)
+                skip(error, f"{file}:{_name_of(obj)}")
                 continue
             if report.node_name in seen_in:
                 log.warning("%s: NodeTopology %r also in %s: the later one is used",
@@ -97,13 +90,14 @@ def load_reports(paths: Sequence[str], *, strict: bool = True) -> dict[str, Node
     return reports
 
 
-def _report_files(paths: Sequence[str]) -> Iterator[Path]:
+def _report_files(paths: Sequence[str]) -> Iterator[tuple[Path, bool]]:
+    """Each file to read, and whether it was named itself (not found in a named directory)."""
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            yield from sorted(p for ext in ("*.yaml", "*.yml", "*.json") for p in path.glob(ext))
+            yield from ((p, False) for p in sorted(p for ext in ("*.yaml", "*.yml", "*.json") for p in path.glob(ext)))
         else:
-            yield path
+            yield path, True
 
 
 def _name_of(obj: dict[str, Any]) -> str:
@@ -116,9 +110,9 @@ def load_nodes(paths: Sequence[str]) -> dict[str, bool]:
     Ready (a node without conditions counts as Ready)."""
     nodes: dict[str, bool] = {}
     for raw in paths:
-        for obj in _documents(Path(raw)):
+        for obj in of_kind(read_objects(raw, "Node"), "Node", raw):
             metadata = obj.get("metadata")
-            if obj.get("kind") != "Node" or not isinstance(metadata, dict) or not metadata.get("name"):
+            if not isinstance(metadata, dict) or not metadata.get("name"):
                 continue
             status = obj.get("status") or {}
             conditions = status.get("conditions") if isinstance(status, dict) else None

@@ -9,17 +9,13 @@ Live, it lists the cluster's HyperNodes through the shared client (`agent.adapte
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from agent import yaml_codec
-from agent.command_line import EXIT_INPUT, InputError, add_common_arguments, number_argument, one_line
+from agent.command_line import EXIT_INPUT, add_common_arguments, number_argument, one_line
+from aggregator.object_files import of_kind, read_objects
 from aggregator.tree import Tree, View, render_text
 
 _positive_int = number_argument(int, "whole number", 1, "must be 1 or more")
@@ -61,19 +57,7 @@ def _colour(choice: str) -> bool:
 
 def read_file(source: str) -> list[Mapping[str, Any]]:
     """HyperNode objects from a file (a List, YAML documents, one object, or JSON); `-`: stdin."""
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-        docs = [json.loads(text)] if source.endswith(".json") else list(yaml_codec.load_all(text))
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise InputError(source, f"cannot read: {one_line(str(exc), width=200)}") from exc
-    objects: list[Mapping[str, Any]] = []
-    for doc in docs:
-        if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List"):
-            items = doc.get("items")
-            objects.extend(item for item in (items if isinstance(items, list) else []) if isinstance(item, dict))
-        elif isinstance(doc, dict):
-            objects.append(doc)
-    return [obj for obj in objects if obj.get("kind") == "HyperNode"]
+    return list(of_kind(read_objects(source, "HyperNode"), "HyperNode", source))
 
 
 def _live(kubeconfig: str | None) -> list[Mapping[str, Any]] | None:

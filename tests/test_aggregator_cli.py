@@ -73,6 +73,30 @@ def test_a_malformed_dump_is_reported_with_its_line_and_exit_code_1(tmp_path: Pa
     assert "line 2" in proc.stderr and "broken.topo" in proc.stderr
 
 
+def test_a_named_file_without_the_kind_asked_for_is_refused_and_a_stray_document_skipped(tmp_path: Path) -> None:
+    folder = _reports_dir(tmp_path)
+    (folder / "kustomization.yaml").write_text("kind: Kustomization\nresources: []\n")  # a directory's other files
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("apiVersion: v1\nkind: List\nitems:\n- {kind: Pod, metadata: {name: a}}\n")
+    wrong = _aggregator("render", "--reports", str(folder), str(pods))
+    assert wrong.returncode == 1 and wrong.stderr.strip().splitlines() == [
+        f"hypertopo-aggregator render: {pods}: holds no NodeTopology, only Pod"
+    ]
+    nodes = _aggregator("render", "--reports", str(folder), "--nodes", str(pods))
+    assert nodes.returncode == 1 and f"{pods}: holds no Node, only Pod" in nodes.stderr
+    stray = folder / "rest.json"  # a List of 8 reports, then a document that is no object at all
+    (folder / "rest.yaml").write_text(yaml.safe_dump(json.loads(stray.read_text())) + "---\njust a string\n")
+    stray.unlink()
+    kept = _aggregator("render", "--reports", str(folder), "--format", "json")
+    assert kept.returncode == 0, kept.stderr
+    assert "rest.yaml: document 2 is not a NodeTopology (no kind" in kept.stderr
+    members = {m["selector"]["exactMatch"]["name"] for o in json.loads(kept.stdout)["items"]
+               for m in o["spec"]["members"] if m["type"] == "Node"}
+    assert members == set(MODEL.nodes())  # the file's reports are all placed, not the file dropped
+    strict = _aggregator("render", "--reports", str(folder), "--strict")
+    assert strict.returncode == 1 and "rest.yaml: document 2 is not a NodeTopology" in strict.stderr
+
+
 def test_help_explains_the_commands() -> None:
     top = _aggregator("--help")
     assert top.returncode == 0 and "render" in top.stdout and "run" in top.stdout

@@ -93,6 +93,22 @@ def test_tree_reads_stdin_and_refuses_an_unreadable_file_in_one_line(rendered: P
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "broken.yaml: cannot read" in proc.stderr
 
 
+def test_tree_refuses_a_file_that_holds_no_hypernode_and_draws_an_empty_list(tmp_path: Path) -> None:
+    not_objects = tmp_path / "passwd"
+    not_objects.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    proc = _aggregator("tree", "--from", str(not_objects))
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "passwd: document 1 is not a HyperNode (no kind" in proc.stderr and not proc.stdout
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("kind: List\nitems:\n- {kind: Pod, metadata: {name: a}}\n---\nkind: Node\n")
+    proc = _aggregator("tree", "--from", str(pods))
+    assert proc.returncode == 1 and "pods.yaml: holds no HyperNode, only Node, Pod" in proc.stderr
+    empty = tmp_path / "none.yaml"  # what `kubectl get hypernodes -o yaml` prints on a cluster without any
+    empty.write_text("apiVersion: v1\nkind: List\nitems: []\n---\n")
+    proc = _aggregator("tree", "--from", str(empty))
+    assert proc.returncode == 0 and proc.stdout.startswith("0 HyperNodes"), proc.stderr
+
+
 def _hypernode(name: str, tier: int, members: list[tuple[str, str]], conditions: list[dict[str, str]]) -> dict[str, Any]:
     return {
         "apiVersion": "topology.volcano.sh/v1alpha1",

@@ -41,6 +41,16 @@ def test_a_missing_kubeconfig_is_one_clear_api_error(tmp_path: Path) -> None:
     with pytest.raises(ApiError) as caught:
         kube.connect(str(tmp_path / "absent"))
     assert caught.value.unreachable and "no usable Kubernetes configuration" in str(caught.value)
+    assert f"kubeconfig {tmp_path / 'absent'}: no such file" in str(caught.value)
+
+
+def test_a_file_that_is_not_a_kubeconfig_is_named_as_such(tmp_path: Path) -> None:
+    for text in ("root:x:0:0\n", "apiVersion: v1\nclusters: 5\n"):
+        junk = tmp_path / "config"
+        junk.write_text(text)
+        with pytest.raises(ApiError) as caught:
+            kube.connect(str(junk))
+        assert f"kubeconfig {junk} is not a kubeconfig (" in str(caught.value), text
 
 
 def test_the_error_type_says_what_is_worth_retrying() -> None:

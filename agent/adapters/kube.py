@@ -123,13 +123,20 @@ def connect(
     """A client from `config_source`; a missing or broken configuration raises ApiError(0)."""
     configuration = client.Configuration()
     kind, path = config_source(kubeconfig)
+    where = "the pod's service account" if kind == "in-cluster" else f"kubeconfig {path or '~/.kube/config'}"
+    if path and os.pathsep not in path and not Path(path).is_file():  # the client's own words are vaguer
+        raise ApiError(0, "NoConfiguration", f"no usable Kubernetes configuration: {where}: no such file")
     try:
         if kind == "in-cluster":
             config.load_incluster_config(client_configuration=configuration)
         else:
             config.load_kube_config(config_file=path, client_configuration=configuration)
-    except (ConfigException, OSError, TypeError) as exc:
-        raise ApiError(0, "NoConfiguration", f"no usable Kubernetes configuration: {exc}") from exc
+    except (ConfigException, OSError) as exc:
+        raise ApiError(0, "NoConfiguration", f"no usable Kubernetes configuration: {where}: {exc}") from exc
+    except (TypeError, AttributeError, ValueError) as exc:  # YAML that is not a kubeconfig's shape
+        raise ApiError(
+            0, "NoConfiguration", f"no usable Kubernetes configuration: {where} is not a kubeconfig ({exc})"
+        ) from exc
     configuration.retries = False
     if pool_size:
         configuration.connection_pool_maxsize = pool_size

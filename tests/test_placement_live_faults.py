@@ -7,6 +7,7 @@ gang label, as a Job/JobSet would; the scheduler then re-places it next to the r
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from placement_live import Cluster, wait_for
@@ -24,6 +25,13 @@ def uids(cluster: Cluster) -> dict[str, str]:
 
 def gone(cluster: Cluster, names: set[str]) -> bool:
     return not names & set(cluster.pods())
+
+
+def evictions(sched: Any, outcome: str) -> float | None:
+    """The scheduler's eviction counter for `outcome` (None where never counted)."""
+    value: float | None = sched.metrics.registry.get_sample_value("hypertopo_scheduler_evictions_total",
+                                                                  {"outcome": outcome})
+    return value
 
 
 def test_restart_pods_moves_only_the_failed_nodes_pods_next_to_the_rest_of_the_gang(cluster: Cluster) -> None:
@@ -52,9 +60,12 @@ def test_restart_pods_moves_only_the_failed_nodes_pods_next_to_the_rest_of_the_g
         # the leaf's free 4th node holds both (2 x 4 GPUs = 8); the other leaf is all free but farther
         assert {leaf_of(layout)[n] for n in replacements.values()} == leaf
         assert failed not in replacements.values()
-        evicted = sched.metrics.registry.get_sample_value("hypertopo_scheduler_evictions_total", {"outcome": "evicted"})
-        assert evicted == 2
-        messages = {e["involvedObject"]["name"] for e in cluster.events("FabricFaultEviction")}
+        # the eviction thread reports each outcome after its API call returns; the scheduler thread
+        # then counts it and hands the event to the event writers: no ordering with the pods' fate
+        # on the API server, so wait for both before reading them
+        wait_for("both evictions counted", lambda: (evictions(sched, "evicted") or 0) >= 2)
+        assert evictions(sched, "evicted") == 2
+        messages = {e["involvedObject"]["name"] for e in cluster.wait_events("FabricFaultEviction", 2)}
         assert messages == victims
 
 
@@ -76,8 +87,12 @@ def test_policy_none_leaves_the_gang_on_a_failed_node(cluster: Cluster) -> None:
         cluster.add_gang("stay", 2, gpus=4)  # no annotation: policy none
         before = cluster.wait_bound(2)
         cluster.taint(next(iter(before.values())))
-        # the cycle that counts the failed node is the one that would have queued evictions
+        # the cycle that counts the failed node is the one that would have queued evictions; it sets
+        # the gauge first and offers evictions after, so wait for that cycle to finish (it ends by
+        # recording the state generation it scheduled, which is below `seen` until it is done)
         wait_for("the fault seen", lambda: sched.metrics.failed_nodes._value.get() == 1)
+        seen = sched.state.generation
+        wait_for("the cycle that saw the fault finished", lambda: sched._scheduled_gen >= seen)
         assert sched.evictions._offered == set()
         assert cluster.placement() == before
 

@@ -55,6 +55,8 @@ def test_unsatisfiable_hard_limit_stays_pending_with_failed_scheduling_event(clu
         message = pod_events[0]["message"]
         assert "needs 12 pods" in message and "holds 8" in message and "4 pods (4 GPUs) short" in message
         assert cluster.placement() == {}
+        # the status writer's thread writes the PodGroup status, in no order with the event writers
+        wait_for("PodGroup status written", lambda: cluster.podgroup("big").get("status", {}).get("phase"))
         assert cluster.podgroup("big").get("status", {}).get("phase") == "Pending"
 
 

@@ -4,6 +4,7 @@ stops it cleanly; and the binding benchmark runs end to end on a small scale."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from placement_live import Cluster, kwok_running, wait_for
 from realparts import free_port, http_get
 
 pytestmark = pytest.mark.apiserver
+BOUND = re.compile(r'^hypertopo_scheduler_binds_total\{result="bound"\} [1-9]', re.M)  # counted, not zero
 
 
 @pytest.fixture
@@ -41,7 +43,13 @@ def test_run_command_schedules_a_gang_and_serves_health_and_metrics(cluster: Clu
         cluster.add_pods([cluster.pod_body(f"cli-{i}", name, gang="cli", gpus=4) for i in range(4)])
         placement = cluster.wait_bound(4)
         assert len(set(placement.values())) == 2  # 4 x 4 GPUs packed on two 8-GPU nodes
-        _, metrics = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+        def counted() -> str | None:
+            text = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)[1]
+            return text if BOUND.search(text) else None
+
+        # the binds are visible on the API server before the scheduler thread counts the gang's outcome
+        metrics = wait_for("the gang's binds counted", counted)
         assert 'hypertopo_scheduler_decisions_total{result="scheduled"} 1.0' in metrics
         assert 'hypertopo_scheduler_binds_total{result="bound"} 4.0' in metrics
         assert "hypertopo_scheduler_decision_duration_seconds_count 1.0" in metrics

@@ -62,6 +62,12 @@ def condition(group: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (group.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
 
 
+def queue_state(sched: Any, name: str) -> str | None:
+    """The state of Queue `name` as the scheduler's own view holds it (None: not seen yet)."""
+    state: str | None = ((sched.state.queues.get(name) or {}).get("status") or {}).get("state")
+    return state
+
+
 @contextlib.contextmanager
 def queue(cluster: Cluster, name: str, state: str = "Open") -> Iterator[str]:
     cluster.api.create(kube.QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
@@ -98,6 +104,11 @@ def test_closed_or_missing_queues_keep_a_podgroup_pending_while_other_gangs_run(
     with cluster.scheduler() as sched, queue(cluster, f"closed-{cluster.tag}", "Closed") as closed, \
             queue(cluster, f"open-{cluster.tag}") as open_q:
         name = sched.options.scheduler_name
+        # the queues' states reach the scheduler through its Queue informer, in no order with the
+        # PodGroups and pods below: decided before it sees them, "shut" would be admitted (a Queue
+        # without a state yet counts as open) or told its queue does not exist, and "fine" refused
+        wait_for("the scheduler sees both queues' states",
+                 lambda: queue_state(sched, closed) == "Closed" and queue_state(sched, open_q) == "Open")
         add_vc_podgroup(cluster, "shut", 1, queue=closed)
         add_vc_podgroup(cluster, "lost", 1, queue=f"nowhere-{cluster.tag}")
         add_vc_podgroup(cluster, "fine", 2, queue=open_q)

@@ -93,6 +93,9 @@ def test_the_standby_finishes_a_gang_whose_leader_was_killed_mid_bind(cluster: C
         leaves = {leaf for leaf, nodes in layout.items() if set(placement.values()) & set(nodes)}
         assert len(leaves) == 1, placement  # the standby finished the gang in the same leaf
         assert max(Counter(placement.values()).values()) <= 8  # no node over-committed
+        # the binds are visible on the API server before b's scheduler thread counts the gang's outcome
+        wait_for("b counted its binds", lambda: b.metrics().get('hypertopo_scheduler_binds_total{result="bound"}'),
+                 timeout=10)
         m = b.metrics()
         assert m.get('hypertopo_scheduler_binds_total{result="bound"}') == GANG - len(by_a)
         assert not m.get('hypertopo_scheduler_binds_total{result="failed"}')  # no bind refused (409)

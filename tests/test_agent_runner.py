@@ -66,6 +66,8 @@ def test_serves_metrics_health_and_readiness_after_the_first_probe() -> None:
         base = f"http://127.0.0.1:{agent.port}"
         assert http_get(f"{base}/healthz") == (200, "ok\n")
         wait_for(lambda: http_get(f"{base}/readyz")[0] == 200)
+        # readiness follows the probe; the publisher thread applies what the probe submitted after it
+        wait_for(lambda: agent.publisher.counts().writes >= 1, what="the first publish")
         status, text = http_get(f"{base}/metrics")
         assert status == 200
         assert 'hypertopo_probe_success{probe="nvml"} 1.0' in text
@@ -208,7 +210,10 @@ def test_a_real_prometheus_scrapes_the_agent_and_queries_return_its_series(apise
         assert len(nvml) == 1
         ports = prometheus_query(prom, "sum(hypertopo_rdma_port_up)")
         assert ports and ports[0]["value"][1] == "8"
-        writes = prometheus_query(prom, "hypertopo_publish_writes_total")
+        # ready follows the first probe, the first publish comes after it (publisher thread): a scrape
+        # can fall in between, so wait for one that counts it
+        writes = wait_for(lambda: [w for w in prometheus_query(prom, "hypertopo_publish_writes_total")
+                                   if float(w["value"][1]) >= 1], timeout=30, what="a scrape counting the publish")
         assert writes and float(writes[0]["value"][1]) >= 1  # host links are live: others may add one
 
 

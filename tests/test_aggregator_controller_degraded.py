@@ -104,8 +104,10 @@ def test_grey_findings_make_the_leaf_fabric_degraded_and_leave_ready_untouched(
         assert DEGRADED_ANNOTATION not in annotations(plane, "node01")
         taints = json.loads(plane.kubectl("get", "node", "node02", "-o", "json").stdout)["spec"].get("taints") or []
         assert TAINT_KEY not in {t["key"] for t in taints}  # degraded is not failed: no fabric taint
-        samples = scrape(port)
         gauge = 'hypertopo_aggregator_hypernode_conditions{condition="FabricDegraded",status="%s",tier="1",tier_name="leaf"}'
+        # the gauges are published after the reconcile's writes, which can be seen before that
+        samples = wait_for(lambda: (s := scrape(port)).get(gauge % "True") is not None and s, timeout=10,
+                           what="the FabricDegraded=True leaf in the gauges")
         assert samples[gauge % "True"] == 1 and samples[gauge % "False"] == 1
         ready = 'hypertopo_aggregator_hypernode_conditions{condition="Ready",status="True",tier="1",tier_name="leaf"}'
         assert samples[ready] == 2

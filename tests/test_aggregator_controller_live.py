@@ -117,6 +117,8 @@ def test_first_run_creates_the_tree_and_a_restarted_aggregator_writes_nothing(
     print(table)
     assert table.split("\n")[0].split()[:4] == ["NAME", "TIER", "TIERNAME", "NODECOUNT"]
     assert {tuple(r.split()[1:4]) for r in table.strip().split("\n")[1:]} == {("1", "leaf", "4"), ("2", "spine", "8")}
+    # a write is counted after its answer arrives, so after the tree can be seen: wait for the count
+    wait_for(lambda: first.hn_writes() >= 2 * len(want), timeout=10, what="the tree's writes counted")
     assert first.hn_writes() == 2 * len(want)  # one create + one status each
     versions = {n: o["metadata"]["resourceVersion"] for n, o in live(plane).items()}
     assert first.stop() == 0
@@ -165,6 +167,7 @@ def test_only_the_leader_writes_and_a_successor_takes_over_after_kill_9(
     leader, standby = (a, b) if wait_for(lambda: lease_holder(plane), timeout=10) == "alpha" else (b, a)
     wait_for(leader.leading, timeout=5, what="the leader's is_leader metric")
     assert not standby.leading()
+    wait_for(lambda: leader.hn_writes() >= 2 * len(want), timeout=10, what="the tree's writes counted")
     assert standby.hn_writes() == 0 and leader.hn_writes() == 2 * len(want)
 
     node = nodes_of_model()[-1]
@@ -177,6 +180,7 @@ def test_only_the_leader_writes_and_a_successor_takes_over_after_kill_9(
     want_after = expected(broken)
     wait_for(lambda: same_tree(plane, want_after), timeout=10, what="the change written by the successor")
     changed = sum(1 for n in want if ready_of(want[n]) != ready_of(want_after[n]))
+    wait_for(lambda: standby.hn_writes() >= changed, timeout=10, what="the successor's writes counted")
     print(f"takeover after kill -9 in {takeover:.2f}s (lease 3s, retry 0.5s); successor wrote "
           f"{standby.hn_writes():.0f} status updates for {changed} changed HyperNodes")
     assert takeover < 3 + 2 * 0.5
@@ -231,11 +235,16 @@ def test_the_aggregator_survives_an_api_outage_and_converges_afterwards(
         broken = dict(cluster, **{node: failed(cluster[node])})
         apply_objects(plane, [node_topology_object(broken[node])])  # changed while unreachable
         time.sleep(4)  # longer than the renew deadline: the aggregator must stop leading, not die
+        # is_leader is set by the elector's thread at its next failed round, which a loaded machine
+        # may run late; leading() fails at once should the process have died
+        wait_for(lambda: not agg.leading(), timeout=10, what="is_leader 0 during the outage")
         assert agg.proc.poll() is None and not agg.leading()
         proxy.restore()
         started = time.monotonic()
         wait_for(lambda: same_tree(plane, expected(broken)), timeout=20, what="convergence after the outage")
         print(f"converged {time.monotonic() - started:.2f}s after the API server came back")
+        # the writes start as soon as the lease is renewed; is_leader is set just after, on the elector's thread
+        wait_for(agg.leading, timeout=10, what="is_leader 1 after the outage")
         assert agg.leading()
         assert agg.stop() == 0
     finally:
@@ -265,6 +274,7 @@ def test_a_deleted_node_leaves_its_hypernode_and_its_report_is_collected(
     assert gone not in members and after["status"]["nodeCount"] == 3 and ready_of(after) == "True"
     wait_for(lambda: gone not in reports_left(plane), timeout=10, what="the deleted node's report collected")
     assert reports_left(plane) == set(remaining)
+    wait_for(lambda: writes_of(agg.metrics(), "nodetopologies") >= 1, timeout=10, what="the delete counted")
     assert writes_of(agg.metrics(), "nodetopologies") == 1
     assert agg.stop() == 0
 

@@ -2,7 +2,8 @@
 
 1. Decision latency on 10,000 nodes (8 GPUs each) under ~9,500 HyperNodes (NVLink domains of 2
    nodes, leaves of 4, spines of 8, pods of 16, cores of 128, one cluster root): a 1,024-GPU gang
-   (128 pods x 8 GPUs), an 8-pod gang and a single 2-GPU pod on a partly occupied cluster: p50/p99
+   (128 pods x 8 GPUs), an 8-pod gang, a single 2-GPU pod, and a single CPU-only pod and an 8-pod
+   CPU-only gang (`1xcpu`, `8xcpu`: 4 CPUs, 64 GiB each) on a partly occupied cluster: p50/p99
    of the core reading a `FreeIndex` (the aggregates the live scheduler and the simulator keep),
    checked pod for pod against today's counting core on every state, and the same decisions with
    `tier-dry-run` (Volcano's way) in the same run -> the ratio. The index's build time and its
@@ -102,7 +103,7 @@ def _bind_cost_us(index: FreeIndex, placement: Any, job: Gang) -> float:
 
 
 def decision_bench(nodes: int, states: int, repeats: int, dry_states: int,
-                   shapes: tuple[tuple[int, int], ...] = ((128, 8), (8, 8), (1, 2))) -> dict[str, Any]:
+                   shapes: tuple[tuple[int, int], ...] = ((128, 8), (8, 8), (1, 2), (1, 0), (8, 0))) -> dict[str, Any]:
     objs, names = big_cluster(nodes)
     begin = time.perf_counter()
     topology = build(objs)
@@ -112,8 +113,11 @@ def decision_bench(nodes: int, states: int, repeats: int, dry_states: int,
     begin = time.perf_counter()
     indexes = [FreeIndex(topology, free) for free in frees]
     for index in indexes:
-        for _, gpus in shapes:
-            index.shape(gpus)
+        for pods, gpus in shapes:  # built once, as a live scheduler's index is after its first decisions
+            if gpus:
+                index.shape(gpus)
+            else:
+                index.request_shape(gang(pods, gpus).pods[0].request)
     index_ms = (time.perf_counter() - begin) * 1000 / len(indexes)
     gc.freeze()  # as hypertopo-scheduler does after each topology rebuild (see scheduler._cycle)
     out: dict[str, Any] = {"nodes": nodes, "hypernodes": len(topology.domains), "tiers": len(topology.tiers),
@@ -125,7 +129,7 @@ def decision_bench(nodes: int, states: int, repeats: int, dry_states: int,
         theirs, dry = time_policy("tier-dry-run", topology, frees[:dry_states], job, 1)
         same = sum(a.tier == b.tier for a, b in zip(placed, dry, strict=False))
         identical = sum(a == b for a, b in zip(placed, reference, strict=True))
-        out[f"{pods}x{gpus}gpu"] = {
+        out[f"{pods}x{gpus}gpu" if gpus else f"{pods}xcpu"] = {
             "hypertopo_ms": {"p50": round(percentile(ours, 50), 3), "p99": round(percentile(ours, 99), 3),
                              "decisions": len(ours)},
             "counting_core_ms": {"p50": round(percentile(counted, 50), 1), "p99": round(percentile(counted, 99), 1),
@@ -188,7 +192,7 @@ def main() -> int:
     print(json.dumps(result, indent=2))
     if not args.json:
         print()
-        for run, targets in ((decisions, {"128x8gpu": 10, "8x8gpu": 2, "1x2gpu": 1}), (large, {"128x8gpu": 25})):
+        for run, targets in ((decisions, {"128x8gpu": 10, "8x8gpu": 2, "1x2gpu": 1, "1xcpu": 1, "8xcpu": 2}), (large, {"128x8gpu": 25})):
             for key, target in targets.items():
                 row = run[key]
                 print(f"{key} on {run['nodes']} nodes / {run['hypernodes']} HyperNodes: hypertopo p50 "

@@ -1,5 +1,5 @@
 """The counting core's per-node count for CPU-only gangs (inlined in `capacity.measure`, the loop
-every such decision runs over all nodes) equals `_count`, the general rule, on random free maps:
+every such decision runs over all nodes) equals `count_fits`, the general rule, on random free maps:
 over-committed (negative) nodes, empty ones, excluded ones, and each of CPU, memory or pod slots
 binding first."""
 
@@ -23,7 +23,7 @@ def test_cpu_only_counts_equal_the_general_rule_on_random_nodes() -> None:
         gang = Gang("g", tuple(PodSpec(f"p{j}", shape) for j in range(rng.randint(1, 8))))
         excluded = frozenset(n for n in free if rng.random() < 0.2)
         measured = capacity.measure(tree, free, gang, excluded_nodes=excluded)
-        expected = {n: c for n, have in free.items() if n not in excluded and (c := capacity._count(have, shape)) > 0}
+        expected = {n: c for n, have in free.items() if n not in excluded and (c := capacity.count_fits(have, shape)) > 0}
         assert measured.node_cap == expected
         checked += len(free)
     assert checked > 3000

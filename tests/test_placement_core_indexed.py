@@ -15,7 +15,7 @@ import pytest
 
 from aggregator.placement import indexed
 from aggregator.placement.core import lowest_feasible_tier, place
-from aggregator.placement.free_index import FreeIndex
+from aggregator.placement.free_index import REQUEST_SHAPES, FreeIndex
 from aggregator.placement.gang import Gang, Mode, PodSpec
 from aggregator.placement.resources import Resources
 from aggregator.placement.topology import Topology, build
@@ -65,7 +65,7 @@ def random_free(rng: random.Random, names: list[str]) -> dict[str, Resources]:
 
 def random_gang(rng: random.Random, topology: Topology) -> Gang:
     pods = rng.randint(1, 12)
-    gpus = rng.choice((1, 2, 4, 8))
+    gpus = rng.choice((0, 1, 2, 4, 8))  # 0: CPU-only pods, answered from their exact request's index
     cpu = rng.choice((1000, 1000, 0))
     shapes = [Resources(gpus, cpu, 2**30, 1)]
     if rng.random() < 0.1:
@@ -109,7 +109,9 @@ def test_index_places_every_gang_exactly_as_the_counting_core_through_binds_and_
                 index.set(node, Resources(rng.choice((0, 2, 8)), 64_000, 2**40, 110))
         assert dict(index) == {**free, **dict(index)} and set(index) == set(free)
     assert compared == 2400
-    assert answered > 600  # the index path really answers most of them (not only the fallback)
+    # the index path really answers most of them, not only the fallback: 1,524 with request-shaped
+    # indexes for CPU-only and CPU-bound gangs, 563 with GPU-bound gangs alone
+    assert answered > 1200
 
 
 def test_index_matches_a_fresh_index_after_changes_including_node_removal_and_return() -> None:
@@ -121,26 +123,80 @@ def test_index_matches_a_fresh_index_after_changes_including_node_removal_and_re
     index = FreeIndex(topology, random_free(rng, names))
     index.shape(2)
     index.shape(8)
+    cpu_only = Resources(0, 1000, 2**30, 1)
+    index.request_shape(cpu_only)
     for _ in range(200):
         node = rng.choice(names)
         index.set(node, None if rng.random() < 0.2 else Resources(rng.choice((0, 3, 8)), 64_000, 2**40, 110))
     fresh = FreeIndex(topology, dict(index))
-    for gpus in (2, 8):
-        a, b = index.shape(gpus), fresh.shape(gpus)
+    pairs = [(index.shape(gpus), fresh.shape(gpus)) for gpus in (2, 8)]
+    for a, b in [*pairs, (index.request_shape(cpu_only), fresh.request_shape(cpu_only))]:
         assert (a.node_cap, a.leaf_cap, a.by_tier) == (b.node_cap, b.leaf_cap, b.by_tier)
         assert {d: c for d, c in a.domain_cap.items() if c} == {d: c for d, c in b.domain_cap.items() if c}
         assert {k: v for k, v in a.leaves_by_cap.items() if v} == {k: v for k, v in b.leaves_by_cap.items() if v}
         assert {d: h for d, h in a.leaf_hist.items() if h} == {d: h for d, h in b.leaf_hist.items() if h}
 
 
-@pytest.mark.parametrize("cpu_per_pod", [60_000, 32_001])
-def test_index_declines_when_cpu_could_bind_before_gpus(cpu_per_pod: int) -> None:
-    topology = build([{"metadata": {"name": "l"}, "spec": {"tier": 1, "members": [_member("Node", "a")]}}])
-    index = FreeIndex(topology, {"a": Resources(8, 128_000, 2**40, 110)})
-    gang = Gang("g", (PodSpec("p", Resources(2, cpu_per_pod, 0, 1)),))
-    assert not index.gpu_bound(gang.pods[0].request)
-    assert indexed.place(topology, index, gang, [1, 2], excluded_nodes=frozenset(), excluded_domains=frozenset()) is None
-    assert place(topology, index, gang) == place(topology, {"a": Resources(8, 128_000, 2**40, 110)}, gang)
+@pytest.mark.parametrize(("cpu_per_pod", "per_node"), [(60_000, 2), (32_001, 3)])
+def test_a_gang_whose_cpu_binds_before_its_gpus_is_answered_from_its_exact_request(cpu_per_pod: int,
+                                                                                   per_node: int) -> None:
+    leaf = [_member("Node", "a"), _member("Node", "b")]
+    topology = build([{"metadata": {"name": "l"}, "spec": {"tier": 1, "members": leaf}}])
+    free = {"a": Resources(8, 128_000, 2**40, 110), "b": Resources(8, 128_000, 2**40, 110)}
+    index = FreeIndex(topology, free)
+    request = Resources(2, cpu_per_pod, 0, 1)
+    gang = Gang("g", tuple(PodSpec(f"p{i}", request) for i in range(per_node + 1)))
+    assert not index.gpu_bound(request)  # by GPUs alone a node would take 4
+    got = indexed.place(topology, index, gang, [1, 2], excluded_nodes=frozenset(), excluded_domains=frozenset())
+    assert index.request_shapes() == [request] and index.request_shape(request).node_cap == {"a": per_node,
+                                                                                            "b": per_node}
+    assert got == place(topology, free, gang).assignments  # the counting core's answer, CPU counted
+    assert sorted(got.values()) == ["a"] * per_node + ["b"]
+
+
+def test_cpu_only_pods_are_placed_from_an_index_kept_through_binds_and_only_the_recent_requests_kept() -> None:
+    rng = random.Random(3)
+    objs, names = random_tree(rng)
+    while len(names) < 8:
+        objs, names = random_tree(rng)
+    topology = build(objs)
+    index = FreeIndex(topology, random_free(rng, names))
+    requests = [Resources(0, 500 * (i + 1), 2**30, 1) for i in range(REQUEST_SHAPES + 3)]
+    for request in requests:
+        gang = Gang("g", tuple(PodSpec(f"p{i}", request) for i in range(3)), mode=Mode.SOFT)
+        want = place(topology, dict(index), gang)
+        assert indexed.place(topology, index, gang, list(range(1, topology.top_tier + 2)),
+                             excluded_nodes=frozenset(), excluded_domains=frozenset()) == (want.assignments or None)
+        for node in want.assignments.values():
+            index.set(node, index[node] - request)
+    assert index.request_shapes() == requests[-REQUEST_SHAPES:]  # the oldest were let go
+    index.request_shape(requests[-REQUEST_SHAPES])  # used again: now the most recent
+    assert index.request_shapes() == [*requests[-REQUEST_SHAPES + 1:], requests[-REQUEST_SHAPES]]
+    fresh = FreeIndex(topology, dict(index))
+    for request in requests[-REQUEST_SHAPES:]:
+        kept, built = index.request_shape(request), fresh.request_shape(request)
+        assert (kept.node_cap, kept.leaf_cap, kept.by_tier) == (built.node_cap, built.leaf_cap, built.by_tier)
+
+
+def test_a_request_index_catches_up_on_use_and_is_let_go_when_further_behind_than_a_rebuild() -> None:
+    nodes = [f"n{i:03d}" for i in range(400)]
+    leaves = [{"metadata": {"name": f"l{j}"}, "spec": {"tier": 1, "members": [_member("Node", n) for n in nodes[j::4]]}}
+              for j in range(4)]
+    topology = build(leaves)
+    index = FreeIndex(topology, {n: Resources(8, 64_000, 2**40, 110) for n in nodes})
+    request = Resources(0, 6000, 2**30, 1)
+    index.request_shape(request)
+    for node in nodes[:100]:  # behind by 100 nodes: noted, replayed at the next use
+        index.set(node, Resources(8, 13_000, 2**40, 110))
+    assert index.request_shapes() == [request]
+    caught_up = index.request_shape(request)
+    assert caught_up.node_cap == FreeIndex(topology, dict(index)).request_shape(request).node_cap
+    assert caught_up.node_cap["n000"] == 2 and caught_up.node_cap["n399"] == 10
+    for node in nodes[:200]:  # 400 // 4 + 64 = 164 nodes behind: a rebuild is cheaper, so it is let go
+        index.set(node, Resources(8, 25_000, 2**40, 110))
+    assert index.request_shapes() == []
+    rebuilt = index.request_shape(request)
+    assert rebuilt.node_cap["n000"] == 4 and rebuilt.node_cap == FreeIndex(topology, dict(index)).request_shape(request).node_cap
 
 
 def _node(name: str, gpus: int) -> dict[str, Any]:

@@ -48,8 +48,9 @@ def _mixed_count(free: Resources, requests: Sequence[Resources]) -> int:
     return count
 
 
-def _count(have: Resources, want: Resources) -> int:
-    """`Resources.count`, unrolled: this runs once per node per decision (the hot loop)."""
+def count_fits(have: Resources, want: Resources) -> int:
+    """Pods asking `want` that `have` holds: the counting core's count of a node (once per node
+    per decision, the hot loop), which `FreeIndex.request_shape` keeps as well."""
     fits = have.gpus // want.gpus if want.gpus > 0 else 1 << 62
     if fits > 0 and want.cpu_milli > 0:
         fits = min(fits, have.cpu_milli // want.cpu_milli)
@@ -79,7 +80,7 @@ def blocked_domains(topology: Topology, excluded_domains: frozenset[str]) -> fro
 def _node_caps(free: Mapping[str, Resources], shape: Resources | None, requests: Sequence[Resources],
                skip: Callable[[str], bool] | None) -> dict[str, int]:
     """Usable node -> pods of the gang it fits (> 0 only): the loop every counting decision runs
-    over all nodes. A CPU-only shape (no GPU index serves it) counts with `_count` inlined: the
+    over all nodes. A CPU-only shape (no GPU index serves it) counts with `count_fits` inlined: the
     same arithmetic, so the same counts, without a call per node."""
     node_cap: dict[str, int] = {}
     if shape is not None and shape.gpus == 0 and shape.cpu_milli > 0 and shape.memory > 0 and shape.pods > 0:
@@ -94,7 +95,7 @@ def _node_caps(free: Mapping[str, Resources], shape: Resources | None, requests:
     for node, have in free.items():
         if skip is not None and skip(node):
             continue
-        fits = _count(have, shape) if shape is not None else _mixed_count(have, requests)
+        fits = count_fits(have, shape) if shape is not None else _mixed_count(have, requests)
         if fits > 0:
             node_cap[node] = fits
     return node_cap

@@ -2,44 +2,68 @@
 the domains a gang can use instead of counting every node of the cluster.
 
 Why: `capacity.measure` counts, once per decision, how many of the gang's pods every node, leaf
-and HyperNode holds: a pass over all nodes (O(cluster)) even for a single pod. Most gangs are
-bound by GPUs, and a node's count of g-GPU pods is then `free GPUs // g`. For each GPU size g a
-decision has asked for, `ShapeIndex` keeps that count per node, per leaf and per HyperNode (and
-the cluster), a histogram of leaf counts per domain, every tier's domains sorted by count and the
-leaves sorted by name per count. A bind, a release or a node change updates them along one
-ancestor chain (O(depth x log)), and a decision reads them.
+and HyperNode holds: a pass over all nodes (O(cluster)) even for a single pod. `ShapeIndex` keeps
+that count for one pod shape per node, per leaf and per HyperNode (and the cluster), a histogram
+of leaf counts per domain, every tier's domains sorted by count and the leaves sorted by name per
+count. A bind, a release or a node change updates them along one ancestor chain (O(depth x log)),
+and a decision reads them.
+
+Which shapes: most gangs are bound by GPUs, and a node's count of g-GPU pods is then `free GPUs
+// g` whatever the pod's CPU and memory, so one index per GPU size serves them all (`shape`).
+Every other single-shape gang (CPU-only pods, or GPU pods whose CPU, memory or pod slots run out
+first) gets an index of its exact request (`request_shape`), counted with the counting core's own
+arithmetic (`capacity.count_fits`). A cluster may see many distinct requests, so those indexes
+are brought up to date only when a decision asks for them: a change notes the node (and what it
+had) against each, and the next use replays the noted nodes. The most recently used
+`REQUEST_SHAPES` are kept, and one that falls further behind than a rebuild would cost is let go:
+a bind pays the GPU indexes' upkeep plus a note per request index, however many there are.
 
 `FreeIndex` is a `Mapping[str, Resources]` (node -> free), so every caller that took a free-map
-takes it unchanged; `core.place` notices it and uses the aggregates where they give exactly the
-answer the full count gives (`gpu_bound`), and counts the classic way otherwise. Pure.
+takes it unchanged; `core.place` notices it and reads the aggregates, which give exactly the
+answer the full count gives, and counts the classic way where they cannot (mixed shapes, running
+pods, preferred nodes). Pure.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections import OrderedDict
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from fractions import Fraction
 from typing import Any
 
-from aggregator.placement.capacity import leaf_key
+from aggregator.placement.capacity import count_fits, leaf_key
 from aggregator.placement.gang import ROOT
 from aggregator.placement.resources import Resources
 from aggregator.placement.topology import Topology
 
-__all__ = ["FreeIndex", "ShapeIndex"]
+__all__ = ["REQUEST_SHAPES", "FreeIndex", "ShapeIndex"]
+
+REQUEST_SHAPES = 16  # exact-request indexes kept (most recently used); each costs a note per change
+
+
+def gpu_count(gpus: int) -> Callable[[Resources | None], int]:
+    """A node's count of `gpus`-GPU pods by GPUs alone (what a GPU-bound gang's count is)."""
+    return lambda free: max(free.gpus, 0) // gpus if free is not None else 0
+
+
+def request_count(request: Resources) -> Callable[[Resources | None], int]:
+    """A node's count of pods asking exactly `request`, as the counting core counts it."""
+    return lambda free: count_fits(free, request) if free is not None else 0
 
 
 class ShapeIndex:
-    """Counts of g-GPU pods (by GPUs alone) per node, leaf and domain, kept as nodes change."""
+    """Counts of one pod shape per node, leaf and domain, kept as nodes change. `count` gives a
+    node's count from its free resources (`gpu_count`, `request_count`)."""
 
-    def __init__(self, topology: Topology, gpus: int, free: Mapping[str, Resources],
+    def __init__(self, topology: Topology, count: Callable[[Resources | None], int], free: Mapping[str, Resources],
                  usable: Mapping[str, str]) -> None:
-        self.topology, self.gpus = topology, gpus
+        self.topology, self.count = topology, count
         self.node_cap: dict[str, int] = {}
         self.leaf_cap: dict[str, int] = {}
         for node, leaf in usable.items():
-            cap = max(free[node].gpus, 0) // gpus
+            cap = count(free[node])
             if cap > 0:
                 self.node_cap[node] = cap
                 self.leaf_cap[leaf] = self.leaf_cap.get(leaf, 0) + cap
@@ -62,8 +86,8 @@ class ShapeIndex:
             ranked.sort()
 
     def update(self, node: str, leaf: str, old: int, new: int) -> None:
-        """A usable node's free GPUs went from `old` to `new`."""
-        delta = max(new, 0) // self.gpus - max(old, 0) // self.gpus
+        """A usable node's count went from `old` to `new` pods."""
+        delta = new - old
         if delta == 0:
             return
         cap = self.node_cap.get(node, 0) + delta
@@ -149,7 +173,10 @@ class FreeIndex(Mapping[str, Resources]):
         self._free: dict[str, Resources] = dict(free)
         # node -> its leaf (or pseudo-leaf), for nodes a placement may use at all (leaf usable)
         self._usable = {n: leaf_key(topology, n) for n in self._free if topology.node_usable(n)}
-        self._shapes: dict[int, ShapeIndex] = {}
+        self._shapes: dict[int, ShapeIndex] = {}  # GPUs per pod -> the GPU-bound index
+        self._requests: OrderedDict[Resources, ShapeIndex] = OrderedDict()  # least recently used first
+        # request -> node -> (its leaf, its free resources when that index last counted it)
+        self._behind: dict[Resources, dict[str, tuple[str, Resources | None]]] = {}
         self._ratios = (_MinRatio(), _MinRatio(), _MinRatio())
         for node in self._usable:
             self._track(node, self._free[node])
@@ -199,9 +226,17 @@ class FreeIndex(Mapping[str, Resources]):
         if free is None:
             del self._usable[node]
         self._track(node, free)
-        before, after = old.gpus if old else 0, free.gpus if free else 0
         for shape in self._shapes.values():
-            shape.update(node, leaf, before, after)
+            count = shape.count
+            shape.update(node, leaf, count(old), count(free))
+        too_far = None
+        for request, behind in self._behind.items():
+            if node not in behind:
+                behind[node] = (leaf, old)
+                if len(behind) > len(self._usable) // 4 + 64:  # replaying would cost more than a rebuild
+                    too_far = [*(too_far or ()), request]
+        for request in too_far or ():
+            del self._requests[request], self._behind[request]
 
     def _track(self, node: str, free: Resources | None) -> None:
         gpus = free.gpus if free is not None else 0
@@ -226,5 +261,28 @@ class FreeIndex(Mapping[str, Resources]):
         """The aggregates for g-GPU pods, built on first use and kept from then on."""
         found = self._shapes.get(gpus)
         if found is None:
-            found = self._shapes[gpus] = ShapeIndex(self.topology, gpus, self._free, self._usable)
+            found = self._shapes[gpus] = ShapeIndex(self.topology, gpu_count(gpus), self._free, self._usable)
         return found
+
+    def request_shape(self, request: Resources) -> ShapeIndex:
+        """The aggregates for pods asking exactly `request`, built on first use (a pass over the
+        nodes, as one counting decision) and kept while among the `REQUEST_SHAPES` most recently
+        used."""
+        found = self._requests.get(request)
+        if found is not None:
+            self._requests.move_to_end(request)
+            behind, count, free = self._behind[request], found.count, self._free
+            for node, (leaf, was) in behind.items():
+                found.update(node, leaf, count(was), count(free.get(node)))
+            behind.clear()
+            return found
+        found = self._requests[request] = ShapeIndex(self.topology, request_count(request), self._free, self._usable)
+        self._behind[request] = {}
+        while len(self._requests) > REQUEST_SHAPES:
+            dropped, _ = self._requests.popitem(last=False)
+            del self._behind[dropped]
+        return found
+
+    def request_shapes(self) -> list[Resources]:
+        """The requests with an index kept now, least recently used first."""
+        return list(self._requests)

@@ -9,9 +9,10 @@ possible ends the walk. `core._leaves_needed` sorts leaf counts; here the domain
 leaf counts gives the same number. `capacity.cover` takes "the smallest leaf that covers what is
 left, else the largest, by name"; here the index lists a domain's leaves per count by name.
 
-It answers only where the aggregates are exact: a single-shape gang of GPU pods bound by GPUs
-(`FreeIndex.gpu_bound`), with no running pods and no preferred nodes. Everything else returns
-None and `core` counts the classic way. Excluded nodes and domains are taken out of the index for
+It answers a single-shape gang with no running pods and no preferred nodes: from the index of
+its GPU size when GPUs bind first (`FreeIndex.gpu_bound`), else from the index of its exact
+request (CPU-only pods among them). Everything else returns None and `core` counts the classic
+way. Excluded nodes and domains are taken out of the index for
 the decision and put back after it. Pure.
 """
 
@@ -35,7 +36,7 @@ def _shape(index: FreeIndex, gang: Gang) -> ShapeIndex | None:
     if not gang.pods or gang.running or gang.preferred_nodes or not gang.homogeneous:
         return None
     request = gang.pods[0].request
-    return index.shape(request.gpus) if index.gpu_bound(request) else None
+    return index.shape(request.gpus) if index.gpu_bound(request) else index.request_shape(request)
 
 
 def _excluded(topology: Topology, shape: ShapeIndex, nodes: frozenset[str], domains: frozenset[str]) -> set[str] | None:
@@ -51,16 +52,16 @@ def _excluded(topology: Topology, shape: ShapeIndex, nodes: frozenset[str], doma
 
 @contextmanager
 def _without(index: FreeIndex, shape: ShapeIndex, nodes: set[str]) -> Iterator[None]:
-    """The shape index as if `nodes` had no free GPUs, for the length of one decision."""
-    taken = {n: index[n].gpus for n in nodes}
+    """The shape index as if `nodes` held no pod, for the length of one decision."""
+    taken = {n: shape.node_cap[n] for n in nodes}
     leaf = index.leaf_of
-    for node, gpus in taken.items():
-        shape.update(node, leaf(node), gpus, 0)
+    for node, cap in taken.items():
+        shape.update(node, leaf(node), cap, 0)
     try:
         yield
     finally:
-        for node, gpus in taken.items():
-            shape.update(node, leaf(node), 0, gpus)
+        for node, cap in taken.items():
+            shape.update(node, leaf(node), 0, cap)
 
 
 def place(topology: Topology, index: FreeIndex, gang: Gang, tiers: Iterable[int], *,

@@ -77,6 +77,10 @@ class ClusterState:
     assumed: dict[PodKey, str] = field(default_factory=dict)
     # generation: bumps on every change that can make an unschedulable gang fit (or stop fitting)
     generation: int = 0
+    # bumps when what the tree, the node filters or fault handling read changes: a HyperNode's spec
+    # or conditions, a Node coming or going, or its labels, annotations, taints or unschedulable.
+    # Not on a Node's status heartbeat (hundreds a second at 100,000 nodes), nor on a HyperNode's
+    # node count: each bump costs the scheduler a rebuild of the tree and its aggregates.
     topology_generation: int = 0
     _allocatable: dict[str, Resources] = field(default_factory=dict)
     _used: dict[str, Resources] = field(default_factory=dict)
@@ -103,9 +107,13 @@ class ClusterState:
         if kind == "Pod":
             self._apply_pod(obj, deleted)
         elif kind == "Node":
-            self._apply_node(obj, deleted)
+            if not self._apply_node(obj, deleted):
+                return  # a heartbeat: nothing a decision reads has changed
         elif kind == "HyperNode":
+            old = self.hypernodes.get(object_key(obj))
             _put(self.hypernodes, object_key(obj), obj, deleted)
+            if not deleted and old is not None and _tree_view(old) == _tree_view(obj):
+                return  # its node count or metadata: nothing a decision reads
             self.topology_generation += 1
         elif kind in ("PodGroup", "VolcanoPodGroup"):
             _put(self.podgroups if kind == "PodGroup" else self.vc_podgroups, pod_key(obj), obj, deleted)
@@ -139,17 +147,28 @@ class ClusterState:
             return {"metadata": {"namespace": key[0], "name": key[1]}}
         return {"metadata": {"name": key}}
 
-    def _apply_node(self, node: dict[str, Any], deleted: bool) -> None:
+    def _apply_node(self, node: dict[str, Any], deleted: bool) -> bool:
+        """False when nothing the scheduler reads changed (a status heartbeat): then neither the
+        tree nor the free capacity is touched."""
         name = object_key(node)
+        old = self.nodes.get(name)
         _put(self.nodes, name, node, deleted)
-        self._index_stale.add(name)
         if deleted:
+            self._index_stale.add(name)
             self._allocatable.pop(name, None)
             self._free.pop(name, None)
-        else:
-            self._allocatable[name] = node_allocatable(node)
-            self._free[name] = self._allocatable[name] - self._used.get(name, Resources())
-        self.topology_generation += 1
+            self.topology_generation += 1
+            return True
+        changed = old is None or _node_view(old) != _node_view(node)
+        if changed:
+            self.topology_generation += 1
+        allocatable = node_allocatable(node)
+        if allocatable != self._allocatable.get(name):
+            self._index_stale.add(name)
+            self._allocatable[name] = allocatable
+            self._free[name] = allocatable - self._used.get(name, Resources())
+            changed = True
+        return changed
 
     def _apply_pod(self, pod: dict[str, Any], deleted: bool) -> None:
         key = pod_key(pod)
@@ -294,6 +313,19 @@ class ClusterState:
     def pending(self) -> list[dict[str, Any]]:
         """Our pods that still need a node: unbound, unassumed, not being deleted, not finished."""
         return [self.pods[key] for key in self.pending_keys]
+
+
+def _node_view(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the tree (label members), the node filters (selectors, taints, unschedulable) and fault
+    handling (the fabric taint, the degraded annotation) read from a Node, allocatable apart."""
+    metadata, spec = node.get("metadata") or {}, node.get("spec") or {}
+    return metadata.get("labels"), metadata.get("annotations"), spec.get("taints"), spec.get("unschedulable")
+
+
+def _tree_view(hypernode: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the tree, fault handling and degraded placement read from a HyperNode: its spec and
+    its conditions (not its node count, which the spec already decides)."""
+    return hypernode.get("spec"), (hypernode.get("status") or {}).get("conditions")
 
 
 def _put(table: dict[Any, dict[str, Any]], key: Any, obj: dict[str, Any], deleted: bool) -> None:

@@ -124,6 +124,7 @@ class Scheduler:
         self._failed_now: dict[str, str] = {}
         self._restarted: dict[PodKey, float] = {}  # Volcano Job -> when we asked Volcano to restart it
         self._filter_cache: dict[Any, dict[str, str]] = {}
+        self._unfit: dict[PodKey, tuple[tuple[Any, ...], float]] = {}  # gang -> (why it did not fit, when)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _sink(self, kind: str) -> Callable[[str, Any], None]:
@@ -303,31 +304,61 @@ class Scheduler:
 
     # -- scheduling ---------------------------------------------------------------------------
     def _schedule(self, excluded_domains: frozenset[str], now: float) -> None:
+        seen = set()
         for view in podgroups.collect(self.state):
+            seen.add(view.key)
             if view.key in self._in_flight:
                 continue
             if not self.leading():  # the lease was lost mid-cycle: the successor decides the rest
                 return
-            if view.min_member < 0 or view.missing > 0:
-                self._wait(view, now)
-                continue
-            vc_group = self.state.vc_podgroups.get(view.key) if view.is_volcano else None
-            if vc_group is not None:
-                short = volcano.task_shortfall(vc_group, view.members)
-                if short:
-                    self._wait(view, now, ", ".join(f"task {t} has {h} of minTaskMember {n} pods" for t, (h, n) in short.items()))
-                    continue
-                if not self.admission.admit(view.key, vc_group, view.pending):
-                    continue
-            self._waiting_since.pop(view.key, None)
-            started = time.perf_counter()
-            decision = decide(self.state, self._topology, view, excluded_domains=excluded_domains,
-                              filter_cache=self._filter_cache, degraded_nodes=self._degraded_nodes)
-            self.metrics.decision_seconds.observe(time.perf_counter() - started)
-            if decision.ok:
-                self._commit(decision)
-            else:
-                self._unschedulable(view, decision.reason)
+            if self._may_decide(view, now):
+                self._decide(view, excluded_domains, now)
+        for gone in self._unfit.keys() - seen:
+            del self._unfit[gone]
+
+    def _may_decide(self, view: GangView, now: float) -> bool:
+        """False while the gang waits for members, minTaskMember or its queue's admission."""
+        if view.min_member < 0 or view.missing > 0:
+            self._wait(view, now)
+            return False
+        vc_group = self.state.vc_podgroups.get(view.key) if view.is_volcano else None
+        if vc_group is not None:
+            short = volcano.task_shortfall(vc_group, view.members)
+            if short:
+                self._wait(view, now, ", ".join(f"task {t} has {h} of minTaskMember {n} pods" for t, (h, n) in short.items()))
+                return False
+            if not self.admission.admit(view.key, vc_group, view.pending):
+                return False
+        self._waiting_since.pop(view.key, None)
+        return True
+
+    def _decide(self, view: GangView, excluded_domains: frozenset[str], now: float) -> None:
+        basis = self._unfit_basis(view, excluded_domains)
+        last = self._unfit.get(view.key)
+        if last is not None and last[0] == basis and now - last[1] < self.options.resync_seconds:
+            return  # it did not fit, and nothing has freed capacity or changed it since
+        started = time.perf_counter()
+        decision = decide(self.state, self._topology, view, excluded_domains=excluded_domains,
+                          filter_cache=self._filter_cache, degraded_nodes=self._degraded_nodes)
+        self.metrics.decision_seconds.observe(time.perf_counter() - started)
+        if decision.ok:
+            self._unfit.pop(view.key, None)
+            self._commit(decision)
+        else:
+            self._unfit[view.key] = (basis, now)
+            self._unschedulable(view, decision.reason)
+
+    def _unfit_basis(self, view: GangView, excluded_domains: frozenset[str]) -> tuple[Any, ...]:
+        """What a gang's failure to fit followed from. Binds only take capacity away, so while
+        no capacity was freed (`freed_generation`), the tree, the node filters and the failed
+        domains are the same, and the gang asks the same, it still cannot fit: retrying it is a
+        count over every node for nothing (a gang that waits for capacity would pay it at every
+        pass, hundreds a second). It is retried anyway every `resync_seconds`."""
+        state = self.state
+        pending = tuple((pod_key(p), (p.get("metadata") or {}).get("resourceVersion")) for p in view.pending)
+        spec = (view.podgroup or {}).get("spec")
+        return (state.topology_generation, state.freed_generation, excluded_domains, pending, tuple(view.placed),
+                view.min_member, spec, tuple(sorted(view.annotations.items())))
 
     def _wait(self, view: GangView, now: float, shortfall: str = "") -> None:
         """A gang short of members (or without its PodGroup) waits; after a while it says so."""

@@ -82,6 +82,10 @@ class ClusterState:
     # Not on a Node's status heartbeat (hundreds a second at 100,000 nodes), nor on a HyperNode's
     # node count: each bump costs the scheduler a rebuild of the tree and its aggregates.
     topology_generation: int = 0
+    # bumps when capacity may have grown: a charge released or moved, a node's allocatable changed.
+    # With topology_generation it tells a gang that did not fit whether retrying can succeed
+    # (binds only take capacity away)
+    freed_generation: int = 0
     _allocatable: dict[str, Resources] = field(default_factory=dict)
     _used: dict[str, Resources] = field(default_factory=dict)
     _charges: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
@@ -164,6 +168,7 @@ class ClusterState:
             self.topology_generation += 1
         allocatable = node_allocatable(node)
         if allocatable != self._allocatable.get(name):
+            self.freed_generation += 1
             self._index_stale.add(name)
             self._allocatable[name] = allocatable
             self._free[name] = allocatable - self._used.get(name, Resources())
@@ -195,22 +200,26 @@ class ClusterState:
             self.generation += 1
 
     def _recharge(self, key: PodKey) -> None:
-        old = self._charges.pop(key, None)
+        pod = self.pods.get(key)
+        node = self.node_of(key)
+        charge = None if pod is None or node is None or is_finished(pod) else (node, self._request(key, pod))
+        old = self._charges.get(key)
+        if old == charge:  # a bound pod's status update: same node, same request
+            return
         if old is not None:
+            del self._charges[key]
             self._charge(old[0], Resources() - old[1])
             held = self.on_node.get(old[0])
             if held is not None:
                 held.discard(key)
                 if not held:
                     del self.on_node[old[0]]
-        pod = self.pods.get(key)
-        node = self.node_of(key)
-        if pod is None or node is None or is_finished(pod):
+            self.freed_generation += 1
+        if charge is None:
             return
-        charge = (node, self._request(key, pod))
         self._charges[key] = charge
-        self._charge(node, charge[1])
-        self.on_node.setdefault(node, set()).add(key)
+        self._charge(charge[0], charge[1])
+        self.on_node.setdefault(charge[0], set()).add(key)
 
     def request_of(self, pod: Mapping[str, Any]) -> Resources:
         """A pod's request, through the same cache that charges it (decisions read it too)."""

@@ -21,3 +21,4 @@ bench: setup
 	$(VENV)/bin/python tests/bench_agent.py
 	$(VENV)/bin/python tests/bench_aggregator.py
 	$(VENV)/bin/python tests/bench_placement.py
+	$(VENV)/bin/python tests/bench_scheduler_events.py

@@ -7,8 +7,8 @@
    of the core reading a `FreeIndex` (the aggregates the live scheduler and the simulator keep),
    checked pod for pod against today's counting core on every state, and the same decisions with
    `tier-dry-run` (Volcano's way) in the same run -> the ratio. The index's build time and its
-   upkeep per bound/released pod are printed too. Then the 1,024-GPU gang on 100,000 nodes
-   (`--large`).
+   upkeep per bound/released pod are printed too. Then the 1,024-GPU gang and the single CPU-only
+   pod on 100,000 nodes (`--large`).
 2. A synthetic trace replayed over a modelled cluster: share of gangs at the lowest feasible tier
    for `hypertopo`, `first-fit` and `tier-dry-run`.
 """
@@ -186,13 +186,13 @@ def main() -> int:
         trace = trace_bench(100, seed=1, policies=["hypertopo", "first-fit", "tier-dry-run"])
     else:
         decisions = decision_bench(10_000, states=10, repeats=10, dry_states=3)
-        large = decision_bench(args.large, states=2, repeats=50, dry_states=0, shapes=((128, 8),))
+        large = decision_bench(args.large, states=2, repeats=50, dry_states=0, shapes=((128, 8), (1, 0)))
         trace = trace_bench(1000, seed=1, policies=["hypertopo", "first-fit", "tier-dry-run"])
     result = {"decisions": decisions, "decisions_large": large, "trace": trace}
     print(json.dumps(result, indent=2))
     if not args.json:
         print()
-        for run, targets in ((decisions, {"128x8gpu": 10, "8x8gpu": 2, "1x2gpu": 1, "1xcpu": 1, "8xcpu": 2}), (large, {"128x8gpu": 25})):
+        for run, targets in ((decisions, {"128x8gpu": 10, "8x8gpu": 2, "1x2gpu": 1, "1xcpu": 1, "8xcpu": 2}), (large, {"128x8gpu": 25, "1xcpu": 1})):
             for key, target in targets.items():
                 row = run[key]
                 print(f"{key} on {run['nodes']} nodes / {run['hypernodes']} HyperNodes: hypertopo p50 "

@@ -58,6 +58,14 @@ def random_tree(rng: random.Random) -> tuple[list[dict[str, Any]], list[str]]:
     return objs, names
 
 
+def tree_of_at_least(rng: random.Random, nodes: int) -> tuple[Topology, list[str]]:
+    """The first random tree with at least `nodes` nodes."""
+    objs, names = random_tree(rng)
+    while len(names) < nodes:
+        objs, names = random_tree(rng)
+    return build(objs), names
+
+
 def random_free(rng: random.Random, names: list[str]) -> dict[str, Resources]:
     return {n: Resources(rng.choice((0, 1, 2, 3, 4, 8, 8)), rng.choice((64_000, 64_000, 3000)), 2**40,
                          rng.choice((110, 110, 2))) for n in names}
@@ -116,10 +124,7 @@ def test_index_places_every_gang_exactly_as_the_counting_core_through_binds_and_
 
 def test_index_matches_a_fresh_index_after_changes_including_node_removal_and_return() -> None:
     rng = random.Random(7)
-    objs, names = random_tree(rng)
-    while len(names) < 6:
-        objs, names = random_tree(rng)
-    topology = build(objs)
+    topology, names = tree_of_at_least(rng, 6)
     index = FreeIndex(topology, random_free(rng, names))
     index.shape(2)
     index.shape(8)
@@ -156,10 +161,7 @@ def test_a_gang_whose_cpu_binds_before_its_gpus_is_answered_from_its_exact_reque
 
 def test_cpu_only_pods_are_placed_from_an_index_kept_through_binds_and_only_the_recent_requests_kept() -> None:
     rng = random.Random(3)
-    objs, names = random_tree(rng)
-    while len(names) < 8:
-        objs, names = random_tree(rng)
-    topology = build(objs)
+    topology, names = tree_of_at_least(rng, 8)
     index = FreeIndex(topology, random_free(rng, names))
     requests = [Resources(0, 500 * (i + 1), 2**30, 1) for i in range(REQUEST_SHAPES + 3)]
     for request in requests:

@@ -8,8 +8,9 @@ import copy
 from typing import Any
 
 from aggregator.node_marks import DEGRADED_ANNOTATION
+from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.state import ClusterState
-from aggregator.placement.topology import build
+from aggregator.placement.topology import Topology, build
 
 
 def _node(name: str, gpus: int = 8) -> dict[str, Any]:
@@ -25,16 +26,21 @@ def _hypernode(ready: str = "True", count: int = 2) -> dict[str, Any]:
             "status": {"nodeCount": count, "conditions": [{"type": "Ready", "status": ready}]}}
 
 
+def _leaf_of_two() -> tuple[ClusterState, Topology, FreeIndex]:
+    """A cache with nodes a and b in one leaf, and its free-capacity index built."""
+    state = ClusterState("hypertopo")
+    for name in ("a", "b"):
+        state.apply("Node", "ADDED", _node(name))
+    topology = build([_hypernode()])
+    return state, topology, state.free_index(topology)
+
+
 def _generations(state: ClusterState) -> tuple[int, int]:
     return state.topology_generation, state.generation
 
 
 def test_a_node_heartbeat_changes_nothing_a_decision_reads_and_costs_nothing() -> None:
-    state = ClusterState("hypertopo")
-    for name in ("a", "b"):
-        state.apply("Node", "ADDED", _node(name))
-    topology = build([_hypernode()])
-    index = state.free_index(topology)
+    state, topology, index = _leaf_of_two()
     before = _generations(state)
     beat = _node("a")
     beat["metadata"]["resourceVersion"] = "2"
@@ -64,11 +70,7 @@ def test_what_the_tree_filters_or_faults_read_on_a_node_moves_the_topology_gener
 
 
 def test_new_allocatable_reaches_the_free_capacity_without_a_tree_rebuild() -> None:
-    state = ClusterState("hypertopo")
-    for name in ("a", "b"):
-        state.apply("Node", "ADDED", _node(name))
-    topology = build([_hypernode()])
-    index = state.free_index(topology)
+    state, topology, index = _leaf_of_two()
     before = _generations(state)
     state.apply("Node", "MODIFIED", _node("a", gpus=4))
     assert state.topology_generation == before[0] and state.generation == before[1] + 1

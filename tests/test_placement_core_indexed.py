@@ -159,6 +159,18 @@ def test_a_gang_whose_cpu_binds_before_its_gpus_is_answered_from_its_exact_reque
     assert sorted(got.values()) == ["a"] * per_node + ["b"]
 
 
+@pytest.mark.parametrize(("cpu_per_gpu", "bound"), [(6250, True), (6251, False)])
+def test_gpu_bound_is_exact_on_the_boundary_for_any_gpu_count(cpu_per_gpu: int, bound: bool) -> None:
+    # 16 GPUs do not divide the ratio's integer scale (840): that node's ratio is kept as a Fraction
+    leaf = [_member("Node", "eight"), _member("Node", "sixteen")]
+    topology = build([{"metadata": {"name": "l"}, "spec": {"tier": 1, "members": leaf}}])
+    index = FreeIndex(topology, {"eight": Resources(8, 64_000, 2**40, 110), "sixteen": Resources(16, 100_000, 2**40, 110)})
+    assert index.gpu_bound(Resources(1, cpu_per_gpu, 0, 1)) is bound  # 100,000 / 16 = 6,250 CPU per GPU
+    assert index.gpu_bound(Resources(3, 3 * cpu_per_gpu, 0, 1)) is bound
+    index.set("sixteen", Resources(0, 100_000, 2**40, 110))  # no GPU left: only the 8-GPU node counts
+    assert index.gpu_bound(Resources(1, cpu_per_gpu, 0, 1))  # 64,000 / 8 = 8,000 per GPU
+
+
 def test_cpu_only_pods_are_placed_from_an_index_kept_through_binds_and_only_the_recent_requests_kept() -> None:
     rng = random.Random(3)
     topology, names = tree_of_at_least(rng, 8)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections import OrderedDict
-from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from fractions import Fraction
 from typing import Any
 
@@ -143,23 +143,40 @@ def _move(lists: dict[int, list[str]], name: str, before: int, after: int) -> No
         insort(lists.setdefault(after, []), name)
 
 
-class _MinRatio:
-    """The smallest `amount / GPUs` over nodes with GPUs, kept with a lazily cleaned heap."""
+_SCALE = 840  # every GPU count from 1 to 8 divides it: amount * 840 / gpus is then an exact int
 
-    def __init__(self) -> None:
-        self.heap: list[tuple[Fraction, int, str]] = []
+
+def _ratio(amount: int, gpus: int) -> int | Fraction:
+    """`amount / gpus`, scaled by `_SCALE`, exactly: an int for the usual GPU counts (cheap to
+    compare and to keep in a heap), a Fraction for the others (ints and Fractions compare exactly)."""
+    scaled = amount * _SCALE
+    return scaled // gpus if _SCALE % gpus == 0 else Fraction(scaled, gpus)
+
+
+class _MinRatio:
+    """The smallest `amount / GPUs` (scaled, `_ratio`) over nodes with GPUs, kept with a lazily
+    cleaned heap."""
+
+    def __init__(self, start: Iterable[tuple[str, int, int]] = ()) -> None:
+        """`start`: (node, amount, gpus) of every node at first, put in one heapify."""
         self.version: dict[str, int] = {}
+        self.heap: list[tuple[int | Fraction, int, str]] = []
+        for node, amount, gpus in start:
+            self.version[node] = 1
+            if gpus > 0:
+                self.heap.append((_ratio(amount, gpus), 1, node))
+        heapq.heapify(self.heap)
 
     def put(self, node: str, amount: int | None, gpus: int) -> None:
         version = self.version.get(node, 0) + 1
         self.version[node] = version
         if amount is not None and gpus > 0:
-            heapq.heappush(self.heap, (Fraction(amount, gpus), version, node))
+            heapq.heappush(self.heap, (_ratio(amount, gpus), version, node))
         if len(self.heap) > 4 * len(self.version) + 1024:
             self.heap = [e for e in self.heap if self.version.get(e[2]) == e[1]]
             heapq.heapify(self.heap)
 
-    def least(self) -> Fraction | None:
+    def least(self) -> int | Fraction | None:
         while self.heap and self.version.get(self.heap[0][2]) != self.heap[0][1]:
             heapq.heappop(self.heap)
         return self.heap[0][0] if self.heap else None
@@ -177,9 +194,12 @@ class FreeIndex(Mapping[str, Resources]):
         self._requests: OrderedDict[Resources, ShapeIndex] = OrderedDict()  # least recently used first
         # request -> node -> (its leaf, its free resources when that index last counted it)
         self._behind: dict[Resources, dict[str, tuple[str, Resources | None]]] = {}
-        self._ratios = (_MinRatio(), _MinRatio(), _MinRatio())
-        for node in self._usable:
-            self._track(node, self._free[node])
+        usable = [(node, self._free[node]) for node in self._usable]
+        self._ratios = (
+            _MinRatio((node, free.cpu_milli, free.gpus) for node, free in usable),
+            _MinRatio((node, free.memory, free.gpus) for node, free in usable),
+            _MinRatio((node, free.pods, free.gpus) for node, free in usable),
+        )
 
     def __getitem__(self, node: str) -> Resources:
         return self._free[node]
@@ -253,7 +273,7 @@ class FreeIndex(Mapping[str, Resources]):
             return False
         for ratios, want in zip(self._ratios, (request.cpu_milli, request.memory, request.pods), strict=True):
             least = ratios.least()
-            if want > 0 and least is not None and Fraction(want, request.gpus) > least:
+            if want > 0 and least is not None and _ratio(want, request.gpus) > least:
                 return False
         return True
 

@@ -26,21 +26,10 @@ log = logging.getLogger("hypertopo.scheduler")
 class Admission:
     def __init__(self, state: ClusterState, status: StatusWriter, events: EventRecorder, scheduler_name: str) -> None:
         self.state, self.status, self.events, self.scheduler_name = state, status, events, scheduler_name
-        self._free_total: Resources | None = None
-
-    def new_cycle(self) -> None:
-        """Free capacity changes between cycles: summed again when next asked."""
-        self._free_total = None
 
     def free_sum(self) -> Resources:
-        """Free capacity of all schedulable nodes together (once per cycle, when asked)."""
-        if self._free_total is None:
-            total = Resources()
-            for name, free in self.state.free().items():
-                if not ((self.state.nodes.get(name) or {}).get("spec") or {}).get("unschedulable"):
-                    total += Resources(max(free.gpus, 0), max(free.cpu_milli, 0), max(free.memory, 0), max(free.pods, 0))
-            self._free_total = total
-        return self._free_total
+        """Free capacity of all schedulable nodes together (kept by the state as it changes)."""
+        return self.state.free_total
 
     def admit(self, key: PodKey, podgroup: dict[str, Any], pods: tuple[Mapping[str, Any], ...] = ()) -> bool:
         """Moves a Pending Volcano PodGroup to Inqueue when its queue is open and its minResources

@@ -236,7 +236,6 @@ class Scheduler:
             return
         self._fabric_faults(failed_domains, now)
         if not self.options.remediate_only:
-            self.admission.new_cycle()
             self.admission.enqueue_jobs()
             self._schedule(frozenset(rescheduler.own_failures(self._topology, failed_domains)), now)
             self.status.write_dirty(self.state, self._in_flight)

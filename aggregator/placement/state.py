@@ -90,7 +90,11 @@ class ClusterState:
     _used: dict[str, Resources] = field(default_factory=dict)
     _charges: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
     _requests: dict[PodKey, tuple[tuple[Any, ...], Resources]] = field(default_factory=dict)  # see _request
-    _free: dict[str, Resources] = field(default_factory=dict)
+    _free: dict[str, Resources] = field(default_factory=dict)  # changed only through _set_free
+    # what Volcano's queue admission weighs: the free capacity of the schedulable nodes, each
+    # amount floored at 0, summed; kept as `_free` changes instead of summed over every node
+    free_total: Resources = field(default_factory=Resources)
+    _unschedulable: set[str] = field(default_factory=set)
     # indexes of our own pods, kept as pods change so a cycle never scans every pod
     gangs: dict[PodKey, dict[PodKey, bool]] = field(default_factory=dict)  # gang -> {pod: True}
     pending_keys: set[PodKey] = field(default_factory=set)
@@ -158,22 +162,44 @@ class ClusterState:
         old = self.nodes.get(name)
         _put(self.nodes, name, node, deleted)
         if deleted:
-            self._index_stale.add(name)
             self._allocatable.pop(name, None)
-            self._free.pop(name, None)
+            self._set_free(name, None)
+            self._unschedulable.discard(name)
             self.topology_generation += 1
             return True
         changed = old is None or _node_view(old) != _node_view(node)
         if changed:
             self.topology_generation += 1
+            self._set_schedulable(name, not (node.get("spec") or {}).get("unschedulable"))
         allocatable = node_allocatable(node)
         if allocatable != self._allocatable.get(name):
             self.freed_generation += 1
-            self._index_stale.add(name)
             self._allocatable[name] = allocatable
-            self._free[name] = allocatable - self._used.get(name, Resources())
+            self._set_free(name, allocatable - self._used.get(name, Resources()))
             changed = True
         return changed
+
+    def _set_free(self, node: str, free: Resources | None) -> None:
+        """Every change of a node's free capacity: the index learns of it, the total follows."""
+        old = self._free.get(node)
+        if free is None:
+            self._free.pop(node, None)
+        else:
+            self._free[node] = free
+        self._index_stale.add(node)
+        if node not in self._unschedulable:
+            self.free_total = self.free_total + _floored(free) - _floored(old)
+
+    def _set_schedulable(self, node: str, schedulable: bool) -> None:
+        if schedulable == (node not in self._unschedulable):
+            return
+        free = _floored(self._free.get(node))
+        if schedulable:
+            self._unschedulable.discard(node)
+            self.free_total = self.free_total + free
+        else:
+            self._unschedulable.add(node)
+            self.free_total = self.free_total - free
 
     def _apply_pod(self, pod: dict[str, Any], deleted: bool) -> None:
         key = pod_key(pod)
@@ -243,8 +269,7 @@ class ClusterState:
     def _charge(self, node: str, amount: Resources) -> None:
         self._used[node] = used = self._used.get(node, Resources()) + amount
         if node in self._allocatable:
-            self._free[node] = self._allocatable[node] - used
-            self._index_stale.add(node)
+            self._set_free(node, self._allocatable[node] - used)
 
     def _index(self, key: PodKey) -> None:
         """Keeps the gang and pending indexes of our pods current for one pod."""
@@ -322,6 +347,13 @@ class ClusterState:
     def pending(self) -> list[dict[str, Any]]:
         """Our pods that still need a node: unbound, unassumed, not being deleted, not finished."""
         return [self.pods[key] for key in self.pending_keys]
+
+
+def _floored(free: Resources | None) -> Resources:
+    """Free capacity with each amount floored at 0 (an over-committed node offers nothing)."""
+    if free is None:
+        return Resources()
+    return Resources(max(free.gpus, 0), max(free.cpu_milli, 0), max(free.memory, 0), max(free.pods, 0))
 
 
 def _node_view(node: Mapping[str, Any]) -> tuple[Any, ...]:

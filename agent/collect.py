@@ -87,17 +87,18 @@ class Snapshot:
     cycles: int = 0  # probe cycles run so far, this one included
 
 
-def open_nvml_backend(mode: str) -> Any:
-    """The NVML backend for a mode: None when off or when libnvidia-ml is missing."""
+def open_nvml_backend(mode: str) -> tuple[Any, str]:
+    """The NVML backend for a mode, and why there is none: (None, "") when off, (None, reason)
+    when libnvidia-ml cannot be loaded."""
     if mode == "off":
-        return None
+        return None, ""
     if mode.startswith(FAKE_PREFIX):
         from agent.probes.nvml_fake import FakeNvml
 
-        return FakeNvml(mode[len(FAKE_PREFIX) :])
-    from agent.adapters.nvml_binding import open_backend
+        return FakeNvml(mode[len(FAKE_PREFIX) :]), ""
+    from agent.adapters.nvml_binding import load_backend
 
-    return open_backend()
+    return load_backend()
 
 
 def _failure_text(exc: BaseException) -> str:
@@ -183,8 +184,9 @@ class Prober:
         self._clock = clock
         self._backend = nvml_backend
         self._backend_error = ""
+        self._backend_missing = ""  # why libnvidia-ml could not be loaded (no backend, no error)
         if nvml_backend is None:
-            self._backend, self._backend_error = self._open_backend()
+            self._backend, self._backend_missing, self._backend_error = self._open_backend()
         self._table: Any = None
         self.xid_watcher: Any = None  # an agent.probes.nvml.XidWatcher the runner started, if any
         # The LLDP listener feeding the neighbour table (agent.adapters.raw_socket.LldpListener),
@@ -197,12 +199,13 @@ class Prober:
         self._lock = threading.Lock()
         self.latest: Snapshot | None = None
 
-    def _open_backend(self) -> tuple[Any, str]:
+    def _open_backend(self) -> tuple[Any, str, str]:
+        """(backend, why it could not be loaded, the error that broke opening it)."""
         try:
-            return open_nvml_backend(self.config.nvml), ""
+            return (*open_nvml_backend(self.config.nvml), "")
         except Exception as exc:  # a broken NVML is the nvml component failing
             log.warning("cannot open NVML (%s): %s", self.config.nvml, exc)
-            return None, f"cannot open NVML: {_failure_text(exc)}"
+            return None, "", f"cannot open NVML: {_failure_text(exc)}"
 
     def link_modes(self, name: str) -> list[str]:
         """The link modes a NIC supports (ethtool; tests replace the reader). Asked once per
@@ -291,6 +294,8 @@ class Prober:
     def probe_nvml(self, rdma_devices: Sequence[Any]) -> ProbeResult[Any]:
         if self._backend_error:
             return ProbeResult.failed(self._backend_error)
+        if self.config.nvml == "off":  # asked not to look: GPUs on the bus or not
+            return ProbeResult.absent("NVML off (--nvml=off)")
         from agent.probes import nvml
 
         xids = self.xid_watcher.recent() if self.xid_watcher is not None else None
@@ -303,6 +308,7 @@ class Prober:
             xids=xids,
             cache=self._nvml_links,
             now=self._clock(),
+            load_error=self._backend_missing,
         )
 
     def probe_lldp(self, interfaces: Sequence[Any]) -> ProbeResult[Any]:

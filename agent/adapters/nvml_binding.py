@@ -171,19 +171,26 @@ class PynvmlBackend:
         return XidEvent(gpu_index=index, xid=int(data.eventData))
 
 
-def open_backend() -> NvmlBackend | None:
-    """Initialises NVML; None (with the reason logged) when the library or driver is not there."""
+def load_backend() -> tuple[NvmlBackend | None, str]:
+    """Initialises NVML: the backend, or None and why (logged too) when the library or driver is
+    not there; the reason travels into the nvml component's health (`agent.probes.nvidia_pci`)."""
     try:
         import pynvml
     except ImportError as exc:
-        log.info("NVML absent: nvidia-ml-py not importable (%s)", exc)
-        return None
+        reason = f"nvidia-ml-py not importable ({exc})"
+        log.info("NVML absent: %s", reason)
+        return None, reason
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
         log.info("NVML absent: %s", exc)
-        return None
+        return None, str(exc)
     except OSError as exc:  # a broken libnvidia-ml.so that dlopen finds but cannot load
         log.info("NVML absent: %s", exc)
-        return None
-    return PynvmlBackend(pynvml)
+        return None, str(exc)
+    return PynvmlBackend(pynvml), ""
+
+
+def open_backend() -> NvmlBackend | None:
+    """`load_backend` without the reason (the reason is logged)."""
+    return load_backend()[0]

@@ -6,7 +6,8 @@ bus. NVML knows all of this; this module turns NVML's answers (through `NvmlBack
 against the real library or a fake) into stable facts and health states.
 
 Rules:
-- No backend (no libnvidia-ml) or no GPUs: absent, quietly.
+- No backend (no libnvidia-ml) or no GPUs: absent, quietly, unless NVIDIA GPUs are on the PCI bus
+  (sysfs, `agent.probes.nvidia_pci`): then failed with the reason, never a GPU node that looks GPU-less.
 - `NOT_SUPPORTED` means the feature is absent (no fabric info on HGX H100, no NVLinks on a PCIe
   A40): the field is left out, health is untouched.
 - Any other NVML error on one call degrades that GPU with a reason naming the call and the error;
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from agent.probes.nvidia_pci import unseen_by_nvml, without_nvml
 from agent.probes.nvml_backend import (
     ERROR_COUNTERS,
     GPU_IS_LOST,
@@ -317,13 +319,15 @@ def probe(
     xids: Mapping[int, Mapping[int, int]] | None = None,
     cache: LinkCache | None = None,
     now: float = 0.0,
+    load_error: str = "",
 ) -> ProbeResult[NvmlReport]:
     """GPUs, NVLinks, fabric and health from NVML; `xids` = recent XID counts per GPU index.
 
     `cache` (the agent keeps one, see `LinkCache`) spares the calls whose answers cannot have
-    changed since an earlier cycle; `now` is the agent's clock for its refresh."""
+    changed since an earlier cycle; `now` is the agent's clock for its refresh. `load_error` is why
+    there is no backend (named in the failure when the PCI bus has NVIDIA GPUs)."""
     if backend is None:
-        return ProbeResult.absent("NVML library not found")
+        return without_nvml(sysfs, load_error)
     if cache is not None:
         cache.begin(now)
     try:
@@ -345,7 +349,7 @@ def _probe(
     except NvmlError as exc:
         return ProbeResult.failed(str(exc))
     if count == 0:
-        return ProbeResult.absent("no NVIDIA GPUs")
+        return unseen_by_nvml(sysfs) or ProbeResult.absent("no NVIDIA GPUs")
     gpus = _with_link_expectation([_gpu(backend, i, sysfs, recent.get(i, {}), cache) for i in range(count)])
     affinity = closest_nics(sysfs, [g.pci_bus_id for g in gpus if g.pci_bus_id], rdma)
     gpus = [replace(g, nics=affinity.get(g.pci_bus_id, ())) for g in gpus]

@@ -33,6 +33,7 @@ from agent.collect import (
 )
 from agent.command_line import (
     EXIT_INPUT,
+    CommandParser,
     InputError,
     add_common_arguments,
     number_argument,
@@ -164,7 +165,7 @@ def _add_grey_flags(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="COUNTER=D[:F]",
         help="degraded (and failed, default 10x) rate per minute for an IB/RoCE or NVLink error "
-        "counter, e.g. symbol_error=60:600; repeatable; overrides the default for that counter",
+        "counter, e.g. symbol_error=60:600; overrides the default for that counter",
     )
     _add_seconds(
         grey,
@@ -208,7 +209,7 @@ def _grey_config(args: argparse.Namespace) -> GreyConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="hypertopo-agent",
         description="Discovers this node's GPU and network fabric (NVLink, RDMA, interfaces, LLDP) and "
         "publishes it as a hypertopo.io/v1alpha1 NodeTopology object.",

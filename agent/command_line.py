@@ -46,6 +46,75 @@ def number_argument(parse: Callable[[str], Number], noun: str, minimum: Number, 
     return convert
 
 
+REPEATED = "may be repeated"
+
+
+def _say_repeated(help_text: str | None) -> str | None:
+    """A help text that says the option may be repeated (argparse.SUPPRESS and None kept as is)."""
+    if help_text is None or help_text == argparse.SUPPRESS or REPEATED in help_text:
+        return help_text
+    return f"{help_text} ({REPEATED})"
+
+
+class Accumulate(argparse.Action):
+    """A multi-value option (nargs '+' or '*') whose repeats add up: `--reports A B --reports C`
+    reads A, B and C. argparse's own store keeps only the last occurrence, which silently drops
+    input a user named; its `extend` adds to a non-empty default, which a first occurrence must
+    replace instead."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        if option_strings:
+            kwargs["help"] = _say_repeated(kwargs.get("help"))
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else list(current)
+        items.extend(values if isinstance(values, list) else [values])
+        setattr(namespace, self.dest, items)
+
+
+class _Append(argparse._AppendAction):
+    """argparse's `append`, with help that says the option may be repeated."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        kwargs["help"] = _say_repeated(kwargs.get("help"))
+        super().__init__(option_strings, dest, **kwargs)
+
+
+def _store(**kwargs: Any) -> argparse.Action:
+    """The `store` action, except that a multi-value option accumulates across repeats."""
+    if kwargs.get("nargs") in (argparse.ONE_OR_MORE, argparse.ZERO_OR_MORE):
+        return Accumulate(**kwargs)
+    return argparse._StoreAction(**kwargs)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The argument parser of every hypertopo command: every multi-value option (nargs '+' or '*',
+    `append`, `extend`) appends when repeated and says so in `--help`, wherever it is declared (a
+    source's `add_arguments` included). Subcommand parsers and argument groups inherit it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _store)
+        self.register("action", "store", _store)
+        self.register("action", "append", _Append)
+        self.register("action", "extend", Accumulate)
+
+
+def parser_actions(parser: argparse.ArgumentParser) -> list[tuple[argparse.ArgumentParser, argparse.Action]]:
+    """Every (parser, action) of a parser and, recursively, of its subcommands (for tests and docs)."""
+    found: list[tuple[argparse.ArgumentParser, argparse.Action]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found.extend(parser_actions(sub))
+        else:
+            found.append((parser, action))
+    return found
+
+
 class UsageError(Exception):
     """Bad command-line usage: one line, exit code 2."""
 

@@ -25,6 +25,7 @@ from agent import yaml_codec
 from agent.command_line import (
     EXIT_INPUT,
     EXIT_USAGE,
+    CommandParser,
     InputError,
     UsageError,
     add_common_arguments,
@@ -274,7 +275,7 @@ def _add_run(sub: Any, wanted: bool) -> None:
 
 
 def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = CommandParser(
         prog="hypertopo-aggregator",
         description="Joins per-node NodeTopology reports (and fabric dumps) into Volcano HyperNodes.",
     )

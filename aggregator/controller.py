@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from agent.adapters.endpoints import serve
 from agent.adapters.informer import Informer
+from agent.command_line import CommandParser
 from aggregator.adapters import kube as kubeapi
 from aggregator.adapters.kueue import TopologyClient
 from aggregator.kueue_topology import TopologyKeeper
@@ -516,10 +517,15 @@ def run(args: argparse.Namespace) -> int:
     return service.run()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hypertopo-aggregator run", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    """`hypertopo-aggregator run`'s options on their own (`python -m aggregator.controller`)."""
+    parser = CommandParser(prog="hypertopo-aggregator run", description=__doc__)
     add_run_arguments(parser)
-    return run(parser.parse_args(argv))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from agent.cluster_model import ModelError, load_model
-from agent.command_line import EXIT_INPUT, add_common_arguments, one_line, setup_logging
+from agent.command_line import EXIT_INPUT, CommandParser, add_common_arguments, one_line, setup_logging
 from aggregator.placement.policies import POLICIES, policy
 from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
 from aggregator.placement.topology import build
@@ -83,7 +83,7 @@ def _missing_run(reason: str) -> int:
 
 
 def parser(*, load_run: bool = True) -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="hypertopo-scheduler",
+    top = CommandParser(prog="hypertopo-scheduler",
                                   description="Gang, topology-aware placement on Volcano HyperNodes.")
     add_common_arguments(top)
     sub = top.add_subparsers(dest="command", required=True, metavar="{run,simulate}")

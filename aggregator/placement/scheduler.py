@@ -40,6 +40,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from agent.adapters.endpoints import serve
+from agent.command_line import CommandParser
 from aggregator.placement import degraded, podgroups, rescheduler, topology, volcano
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
@@ -502,10 +503,15 @@ def run(args: argparse.Namespace) -> int:
     return Service([("scheduler", work)], elector, cleanup=(server.shutdown,)).run()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hypertopo-scheduler run", description=__doc__.splitlines()[0] if __doc__ else None)
+def build_parser() -> argparse.ArgumentParser:
+    """`hypertopo-scheduler run`'s options on their own (`python -m aggregator.placement.scheduler`)."""
+    parser = CommandParser(prog="hypertopo-scheduler run", description=__doc__.splitlines()[0] if __doc__ else None)
     add_run_arguments(parser)
-    return run(parser.parse_args(argv))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -49,14 +49,17 @@ class LabelLevels(Source):
     def add_arguments(cls, parser: argparse.ArgumentParser, *, live: bool) -> None:
         parser.add_argument(
             "--label-levels",
+            action="append",
             metavar="KEYS",
-            help="comma-separated node label keys, broadest first (as Kueue Topology levels)"
+            help="comma-separated node label keys, broadest first (as Kueue Topology levels; a repeat "
+            "adds narrower keys)"
             + ("" if live else "; the labels come from --node-labels"),
         )
 
     @classmethod
     def load(cls, options: argparse.Namespace, *, live: bool) -> LabelLevels | None:
-        text = getattr(options, "label_levels", None)
+        given = getattr(options, "label_levels", None) or ()
+        text = ",".join([given] if isinstance(given, str) else given)  # repeats add up, in order
         levels = parse_levels(text) if text else ()
         return cls(levels) if levels else None
 

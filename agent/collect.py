@@ -54,7 +54,7 @@ class CollectConfig:
     sysfs: Path = Path("/sys")
     procfs: Path = Path("/proc")
     nvml: str = "auto"
-    interfaces: re.Pattern[str] | None = None
+    interfaces: re.Pattern[str] | None = None  # names to report; None: the fabric interfaces
     lldp_wait: float = 0.0
     lldpd_socket: Path | None = None  # a host lldpd's control socket, read as a second LLDP source
     lldpcli: str = "lldpcli"
@@ -240,6 +240,22 @@ class Prober:
             self._table = NeighbourTable()
         return self._table
 
+    def restore(self, previous: NodeReport) -> int:
+        """Carries what a previous run of this agent knew and this run cannot see yet (the report it
+        published, read back from the API at start): its LLDP neighbours, each for one TTL unless a
+        fresh frame replaces it (NeighbourTable.carry), and the RDMA ports it had seen in use, so a
+        port that went down across the restart is still judged failed, not unused. Returns how many
+        neighbours were carried."""
+        in_use = {
+            (d.name, p.port)
+            for d in previous.rdma
+            for p in d.ports
+            if p.state == "ACTIVE" or p.health in (Health.OK, Health.FAILED)
+        }
+        with self._lock:
+            self._rdma_seen_active |= in_use
+            return int(self.neighbour_table().carry(previous.lldp, self._clock()))
+
     def collect(self) -> NodeReport:
         """One full probe cycle; never raises for a probe's sake. Serialised across threads."""
         with self._lock:
@@ -281,7 +297,7 @@ class Prober:
         self._rdma_seen_active |= rdma.active_ports(read.value or ())  # once up, a port is in use
         return rdma.judge(read, seen_active=self._rdma_seen_active)
 
-    def probe_net(self) -> ProbeResult[Any]:
+    def probe_net(self, rdma_devices: Sequence[Any] = ()) -> ProbeResult[Any]:
         from agent.probes import net
 
         if self._links is None:
@@ -289,7 +305,10 @@ class Prober:
 
             self._links = dump_links
         self._last_links = self._links()
-        return net.probe(self._last_links, sysfs=self.config.sysfs, include=self.config.interfaces)
+        include = self.config.interfaces  # None: the fabric interfaces only (agent.probes.net)
+        rdma_netdevs = {p.netdev for d in rdma_devices for p in d.ports if p.netdev}
+        return net.probe(self._last_links, sysfs=self.config.sysfs, include=include,
+                         fabric_only=include is None, rdma_netdevs=rdma_netdevs)  # fmt: skip
 
     def probe_nvml(self, rdma_devices: Sequence[Any]) -> ProbeResult[Any]:
         if self._backend_error:
@@ -316,11 +335,14 @@ class Prober:
 
         # Neighbours of links that lost carrier are held: where a cut cable was plugged stays known.
         down = net.links_down(self._last_links, interfaces)
-        result: ProbeResult[Any] = self.neighbour_table().snapshot(self._clock(), links_down=down)
+        table = self.neighbour_table()
+        if interfaces:  # carried neighbours only of NICs still reported (a failed net probe says nothing)
+            table.drop_carried({i.name for i in interfaces})
+        result: ProbeResult[Any] = table.snapshot(self._clock(), links_down=down)
         if self.lldp_failure:
             result = ProbeResult(result.value, ComponentHealth(Health.FAILED, self.lldp_failure))
         elif self.lldp_listener is not None:
-            result = self.lldp_listener.judge(result)
+            result = self.lldp_listener.judge(result, net.lldp_quiet(self._last_links, interfaces))
         if self.config.lldpd_socket is None:
             return result
         return merge_lldpd(result, self._read_lldpd(), self.config.interfaces)
@@ -353,7 +375,7 @@ class NetProbe:
     name = "net"
 
     def run(self, cycle: Cycle) -> ProbeResult[Any]:
-        result: ProbeResult[Any] = cycle.host.probe_net()
+        result: ProbeResult[Any] = cycle.host.probe_net(cycle.value("rdma"))
         return result
 
 

@@ -9,6 +9,11 @@ Threads: the main thread runs the probe loop; the publisher has its own thread s
 that is away never delays probing or /metrics; the HTTP server and the watchers (netlink, LLDP raw
 socket, XID) run in theirs. A watcher that cannot start (no root for AF_PACKET, no NVML events)
 is logged and the agent carries on with timer probes.
+
+Restarts lose nothing: before its first write the publisher reads back the NodeTopology the
+previous run published, and the prober carries its LLDP neighbours (each for one more TTL, unless a
+fresh frame replaces it) and its RDMA ports in use. Switches speak only every tx-interval (30 s by
+default), so without this a rollout would publish every node without cabling at once.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +32,7 @@ from agent.adapters.endpoints import parse_listen as parse_listen  # the CLI val
 from agent.collect import Prober, describe
 from agent.metrics import AgentMetrics
 from agent.publish import Publisher
-from agent.report import NodeReport, node_topology_object
+from agent.report import NodeReport, node_topology_object, report_from_spec
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +44,7 @@ class RunConfig:
     debounce: float = 0.1
     ready_grace: float = 300.0  # /readyz stays ready this long while the API server is away
     watch: bool = True  # start the netlink, LLDP and XID watchers
+    carry_over: bool = True  # read back the previous run's NodeTopology and carry its neighbours
 
 
 class Agent:
@@ -57,7 +63,9 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._server: Endpoint | None = None
         self._lldp: Any = None
+        self._cycle_lock = threading.Lock()  # a probe and its submit, against the carry-over's
         self.cycles = 0
+        self.carried = 0  # LLDP neighbours carried over from the previous run
 
     # -- events --------------------------------------------------------------------------------
     def poke(self, *_: object) -> None:
@@ -85,6 +93,8 @@ class Agent:
     def run(self) -> None:
         """Runs until `stop()` (e.g. from a signal handler); then stops every thread."""
         self.serve()
+        if self.config.carry_over:
+            self.publisher.expect_read_back(self.prober.config.node_name, self.carry_over)
         self._spawn("publisher", lambda: self.publisher.run(self.stop_event))
         previous: NodeReport | None = None
         try:
@@ -102,14 +112,36 @@ class Agent:
             self.shutdown()
 
     def cycle(self, previous: NodeReport | None) -> NodeReport:
-        report = self.prober.collect()
+        with self._cycle_lock:
+            report = self.prober.collect()
+            self.publisher.submit(node_topology_object(report))
         self.cycles += 1
         if previous is None or previous.health != report.health:
             log.info("node %s health: %s", report.node_name, describe(report.health))
         if self._lldp is not None and previous is not None and previous.interfaces != report.interfaces:
             self._lldp.set_interfaces(lldp_interfaces(report))  # a NIC came or went
-        self.publisher.submit(node_topology_object(report))
         return report
+
+    def carry_over(self, stored: Mapping[str, Any] | None) -> None:
+        """Takes over what the previous run published (the publisher's read-back, on its thread,
+        before any write). A probe already submitted lacked the carried neighbours, so the
+        report is probed again and submitted under the same lock: no submit made without them
+        can follow."""
+        if stored is None:
+            return
+        spec = dict(stored.get("spec") or {})
+        spec.setdefault("nodeName", self.prober.config.node_name)
+        spec.setdefault("health", {})
+        try:
+            previous = report_from_spec(spec)
+        except (TypeError, ValueError) as exc:  # WireError names the field
+            log.warning("previous NodeTopology unreadable, nothing carried over: %s", exc)
+            return
+        with self._cycle_lock:
+            self.carried = self.prober.restore(previous)
+            if self.prober.latest is not None:
+                self.publisher.submit(node_topology_object(self.prober.collect()))
+        log.info("carried over %d LLDP neighbours from the previous run's report", self.carried)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -10,12 +10,18 @@ Neighbours are keyed by interface and MSAP identifier (chassis ID + port ID, 802
 the reported `ttl` is the advertised hold time, not the seconds left, so a steady neighbour gives
 the same report every probe (no API writes). A frame that cannot be parsed is counted and its
 reason returned; it never removes what we knew.
+
+A restarted agent has heard nothing yet, while its switches only speak every tx-interval (30 s by
+default). So it `carry`s the neighbours its previous run published (read back from its own
+NodeTopology): each is believed for one more TTL from the restart, unless a fresh frame on that
+interface replaces it first. The agent never publishes "no neighbours" just because it restarted.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 
 from agent.lldp import lldpcli
@@ -61,6 +67,7 @@ class NeighbourTable:
         self.rejected = Counter[str]()  # rejected frames per interface (metrics)
         self.last_reject: dict[str, str] = {}  # interface -> reason of its latest rejected frame
         self._held: frozenset[str] = frozenset()  # interfaces whose link is down (see `hold`)
+        self._carried: set[tuple[str, str, str]] = set()  # entries from a previous run (see `carry`)
 
     def observe(self, interface: str, frame: bytes, now: float) -> str | None:
         """Takes one received frame; returns None, or the reason it was rejected."""
@@ -77,6 +84,8 @@ class NeighbourTable:
 
     def _store(self, neighbour: LldpNeighbour, now: float) -> str | None:
         key = (neighbour.interface, neighbour.chassis_id, neighbour.port_id)
+        if self._carried:
+            self._replace_carried(key)
         old = self._entries.get(key)
         if neighbour.ttl == 0:
             if old:
@@ -93,6 +102,53 @@ class NeighbourTable:
             self.generation += 1
         return None
 
+    def _replace_carried(self, key: tuple[str, str, str]) -> None:
+        """A frame heard on an interface replaces what a previous run said was there."""
+        self._carried.discard(key)
+        stale = [k for k in self._carried if k[0] == key[0]]
+        for k in stale:
+            self._carried.discard(k)
+            if self._entries.pop(k, None) is not None:
+                self.generation += 1
+
+    def carry(self, neighbours: Iterable[LldpNeighbour], now: float) -> int:
+        """Takes the neighbours a previous run of the agent reported (its NodeTopology, read back at
+        start); returns how many were taken. Each lives one TTL from `now` (when it was last heard
+        is not known; at most one TTL ago), or until a frame heard on its interface replaces it.
+        A neighbour already heard in this run wins over the carried one."""
+        taken = 0
+        with self._lock:
+            for neighbour in neighbours:
+                key = (neighbour.interface, neighbour.chassis_id, neighbour.port_id)
+                if neighbour.ttl <= 0 or key in self._entries:
+                    continue
+                if self._count(neighbour.interface) >= MAX_NEIGHBOURS_PER_INTERFACE:
+                    continue
+                self._entries[key] = _Entry(neighbour, now + neighbour.ttl)
+                self._carried.add(key)
+                taken += 1
+            if taken:
+                self.generation += 1
+        return taken
+
+    def drop_carried(self, keep: Set[str]) -> bool:
+        """Drops carried neighbours of interfaces not in `keep` (a NIC renamed or no longer
+        reported since the restart); True when any were dropped."""
+        with self._lock:
+            gone = [k for k in self._carried if k[0] not in keep]
+            for key in gone:
+                self._carried.discard(key)
+                self._entries.pop(key, None)
+            if gone:
+                self.generation += 1
+            return bool(gone)
+
+    @property
+    def carried(self) -> int:
+        """How many neighbours from a previous run are still believed without a frame."""
+        with self._lock:
+            return sum(1 for key in self._carried if key in self._entries)
+
     def _count(self, interface: str) -> int:
         return sum(1 for key in self._entries if key[0] == interface)
 
@@ -102,6 +158,7 @@ class NeighbourTable:
             dead = [k for k, entry in self._entries.items() if entry.expires <= now and k[0] not in self._held]
             for key in dead:
                 del self._entries[key]
+            self._carried.difference_update(dead)
             if dead:
                 self.generation += 1
             return bool(dead)
@@ -112,6 +169,7 @@ class NeighbourTable:
             keys = [key for key in self._entries if key[0] == interface]
             for key in keys:
                 del self._entries[key]
+            self._carried.difference_update(keys)
             if keys:
                 self.generation += 1
             return bool(keys)

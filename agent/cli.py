@@ -52,6 +52,16 @@ class UsageError(Exception):
     """Bad command-line input: reported in one line with exit code 2."""
 
 
+EVERY_NAME = re.compile("")  # `--interfaces all`: a pattern every name matches
+
+
+def _interfaces(text: str) -> re.Pattern[str] | None:
+    """`fabric` -> None (agent.probes.net's fabric interfaces), `all` -> every name, else a regex."""
+    if text == "fabric":
+        return None
+    return EVERY_NAME if text == "all" else _regex(text)
+
+
 def _regex(text: str) -> re.Pattern[str]:
     try:
         return re.compile(text)
@@ -117,10 +127,12 @@ def _add_probe_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--interfaces",
-        type=_regex,
+        type=_interfaces,
         default=None,
-        metavar="REGEX",
-        help="report only network interfaces whose name matches this regular expression (default: all)",
+        metavar="fabric|all|REGEX",
+        help="network interfaces to report: fabric (default) = physical NICs and RDMA netdevs (no veth, "
+        "bridge, kube-ipvs0, CNI, tunnel or dummy links, so pod churn writes nothing); all = every "
+        "interface but loopback; REGEX = every interface whose name matches",
     )
     _add_seconds(
         group,

@@ -102,13 +102,17 @@ class LldpListener(BackgroundThread):
         """The LLDP component's result from this listener's table (see `judge`)."""
         return self.judge(self.table.snapshot(self._clock() if now is None else now))
 
-    def judge(self, result: ProbeResult[tuple[LldpNeighbour, ...]]) -> ProbeResult[tuple[LldpNeighbour, ...]]:
+    def judge(
+        self, result: ProbeResult[tuple[LldpNeighbour, ...]], quiet: frozenset[str] = frozenset()
+    ) -> ProbeResult[tuple[LldpNeighbour, ...]]:
         """`result` (the table's snapshot) with this listener's health: degraded when some
         interfaces cannot be listened on, failed when none can, absent when there is nothing to
-        listen on. The neighbours already known are kept either way."""
+        listen on. The neighbours already known are kept either way. Interfaces in `quiet`
+        (administratively down, or non-fabric links that are down: `agent.probes.net.lldp_quiet`)
+        cannot be heard by design, so their errors are no fault."""
         if not self._wanted:
             return ProbeResult(result.value, ComponentHealth(Health.ABSENT, "no interfaces to listen on"))
-        errors = dict(self.errors)
+        errors = {name: reason for name, reason in self.errors.items() if name not in quiet}
         if not errors:
             return result
         reason = "; ".join(errors[name] for name in sorted(errors))

@@ -9,21 +9,30 @@ can feed it records built from `ip -j link` output.
 
 Loopback is never reported. `speed` is Mb/s as the kernel reports it (`ethtool_link_ksettings`);
 a down link answers EINVAL and many virtual links -1: both mean "unknown", so None.
+
+What is reported: the agent reports its fabric interfaces (`fabric_only`): physical NICs (sysfs
+`class/net/<if>/device` exists, or the class entry links into a real device rather than
+`devices/virtual`), IPoIB netdevs and the netdevs of RDMA ports (a RoCE bond included). A pod's
+veth, a CNI bridge, `kube-ipvs0`, tunnels and dummies are none of these, so pod churn changes
+nothing in the report and costs no API write. `include` (the agent's `--interfaces REGEX`) reports
+every interface whose name matches, whatever it is.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from agent.probes.sysfs_attr import Problems, pci_address, read_text
 from agent.report import ComponentHealth, Health, Interface, ProbeResult
 
 NO_INTERFACES = "no network interfaces"
+NO_FABRIC_INTERFACES = "no physical or RDMA network interfaces (--interfaces all reports every one)"
 IFF_UP = 0x1  # include/uapi/linux/if.h: administratively up
 IFF_LOOPBACK = 0x8
 # Kinds whose lost carrier is a cabling or switch-port fault. Bridges, tunnels and dummies report
@@ -52,9 +61,15 @@ class LinkRecord:
 
 
 def probe(
-    links: Sequence[LinkRecord], *, sysfs: Path, include: re.Pattern[str] | None = None
+    links: Sequence[LinkRecord],
+    *,
+    sysfs: Path,
+    include: re.Pattern[str] | None = None,
+    fabric_only: bool = False,
+    rdma_netdevs: Collection[str] = (),
 ) -> ProbeResult[tuple[Interface, ...]]:
-    """Interfaces for the given links (loopback dropped; `include` keeps names it finds a match in)."""
+    """Interfaces for the given links (loopback dropped; `include` keeps names it finds a match in;
+    `fabric_only` keeps physical NICs and RDMA netdevs, see `is_fabric`)."""
     by_name: dict[str, LinkRecord] = {}
     problems = Problems(sysfs / "class" / "net")
     for record in links:
@@ -67,11 +82,16 @@ def probe(
         else:
             by_name[record.name] = record
     chosen = [
-        r for r in by_name.values() if not _is_loopback(r) and (include is None or include.search(r.name))
+        r
+        for r in by_name.values()
+        if not _is_loopback(r)
+        and (include is None or include.search(r.name))
+        and (not fabric_only or is_fabric(r, sysfs, rdma_netdevs))
     ]
     if not chosen:
-        reason = NO_INTERFACES if include is None else f"no interface matches {include.pattern!r}"
-        return ProbeResult.absent(reason)
+        if include is not None and include.pattern:
+            return ProbeResult.absent(f"no interface matches {include.pattern!r}")
+        return ProbeResult.absent(NO_FABRIC_INTERFACES if fabric_only else NO_INTERFACES)
     chosen.sort(key=lambda r: r.index)
     interfaces = tuple(_interface(r, by_name, sysfs, problems) for r in chosen)
     problems.reasons.extend(
@@ -98,6 +118,50 @@ def links_down(links: Sequence[LinkRecord], interfaces: Sequence[Interface]) -> 
     """Names of the reported interfaces whose carrier is lost."""
     records = {r.name: r for r in links}
     return frozenset(i.name for i in interfaces if i.name in records and carrier_lost(i, records[i.name]))
+
+
+def is_fabric(record: LinkRecord, sysfs: Path, rdma_netdevs: Collection[str] = ()) -> bool:
+    """A physical NIC or an RDMA netdev: what can be cabled to the fabric and stays put while pods
+    come and go. IPoIB links (ARPHRD_INFINIBAND) always sit on an HCA; a RoCE bond has no device
+    of its own but is its HCA port's netdev."""
+    if _is_loopback(record):
+        return False
+    if record.name in rdma_netdevs or record.link_type == "infiniband" or record.kind == "ipoib":
+        return True
+    return is_physical(sysfs / "class" / "net" / record.name)
+
+
+def is_physical(node: Path) -> bool:
+    """sysfs says a netdev is a device's: `device` links to its parent (PCI, USB, a VM's virtio),
+    or the `class/net` entry itself links into a real device's directory, not `devices/virtual`
+    where veths, bridges, bonds, tunnels, dummies and loopback live."""
+    if (node / "device").exists():
+        return True
+    try:
+        parts = PurePosixPath(os.readlink(node)).parts
+    except OSError:  # not a link (a plain directory in a fixture tree) or not there
+        return False
+    if "devices" not in parts:
+        return False
+    below = parts[parts.index("devices") + 1 :]
+    return bool(below) and below[0] != "virtual"
+
+
+def lldp_quiet(links: Sequence[LinkRecord], interfaces: Sequence[Interface]) -> frozenset[str]:
+    """Reported interfaces where a listener that cannot listen is no LLDP fault: administratively
+    down ones (someone turned them off; the net probe does not count them either) and non-fabric
+    links that are not up (`kube-ipvs0`, an empty bridge, a down dummy): no switch talks on them."""
+    records = {r.name: r for r in links}
+    quiet = set()
+    for interface in interfaces:
+        record = records.get(interface.name)
+        if record is None:
+            continue
+        admin_down = not record.flags & IFF_UP
+        idle = interface.oper_state != "up" and interface.kind not in CARRIER_KINDS
+        if admin_down or idle:
+            quiet.add(interface.name)
+    return frozenset(quiet)
 
 
 def _is_loopback(record: LinkRecord) -> bool:
@@ -179,5 +243,5 @@ def _record_from_ip(entry: Any, position: int) -> LinkRecord:
         kind=_field(info, "info_kind", str),
         master=_field(entry, "master", str),
         link_type=_field(entry, "link_type", str),
-        flags=IFF_LOOPBACK if "LOOPBACK" in flags else 0,
+        flags=(IFF_LOOPBACK if "LOOPBACK" in flags else 0) | (IFF_UP if "UP" in flags else 0),
     )

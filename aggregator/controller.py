@@ -50,6 +50,8 @@ from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
 from aggregator.registry import add_source_arguments, load_sources
 from aggregator.service import Service, add_election_arguments, elector_from
 from aggregator.sources import Source
+from aggregator.sources.nodetopology import NodeReports
+from aggregator.tree_explain import Narrator
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,9 @@ class Options:
     agent_namespace: str | None = None  # where the agent pods run (None: every namespace)
     report_gc_period: float = 60.0  # seconds between sweeps for reports of deleted Nodes (0: never)
     mark_degraded: bool = False  # annotate degraded Nodes (node_marks.DEGRADED_ANNOTATION)
+    # the configured sources besides the reports, and --fabric-interfaces: what explains an empty tree
+    fabric_sources: tuple[str, ...] = ()
+    fabric_pattern: str | None = None
 
 
 def reports_of_members(topologies: Mapping[str, Obj], nodes: Mapping[str, Obj]) -> dict[str, Obj]:
@@ -214,6 +219,7 @@ class Controller:
         self._clashes = 0
         self.reports_collected = 0
         self.warnings: tuple[str, ...] = ()  # the pipeline's warnings, as last logged
+        self.narrator = Narrator(options.fabric_sources, options.fabric_pattern)  # why nodes are left out
         self.heap_frozen = False  # freeze_start_up_heap() ran after the first cycle
 
     @property
@@ -264,6 +270,7 @@ class Controller:
         now = self.clock()
         desired = self.compute(view, now)
         self._log_warnings(desired.warnings)
+        self._explain(desired, view)
         deadline = getattr(desired, "next_deadline", None)
         self.next_wake = None if deadline is None else max(0.05, deadline - now + 0.01)
         agents = view.agent_ready
@@ -291,6 +298,15 @@ class Controller:
         if not warnings:
             log.info("inputs: the earlier warnings no longer apply")
         self.warnings = warnings
+
+    def _explain(self, desired: DesiredState, view: ClusterView) -> None:
+        """Logs (when it changes) and exports why the tree is empty or leaves nodes out."""
+        tree = getattr(desired, "tree", None)
+        refused = {f.node for f in getattr(desired, "findings", ())}
+        explanation = self.narrator.observe(nodes=view.nodes.keys(), placed=tree.lowest if tree is not None else {},
+                                            hypernodes=len(desired.hypernodes), topologies=view.topologies,
+                                            refused=refused)  # fmt: skip
+        self.metrics.publish_explanation(explanation)
 
     def _sweep_reports(self, nodes: Mapping[str, Obj]) -> int:
         """Deletes NodeTopology objects of Nodes that are gone (at most every report_gc_period)."""
@@ -422,6 +438,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="seconds a new Ready or FabricDegraded state must last before it is published (flap damping; default 5)",
     )
+    add(
+        "--structural-hold-down",
+        type=float,
+        default=120.0,
+        help="seconds a node's report may lack its cabling (LLDP neighbours, RDMA devices, NVLink domain) "
+        "before the tree is reshaped without them: an agent restart or lost LLDP frames never delete and "
+        "re-create a HyperNode (default 120, one LLDP TTL; 0: reshape at once)",
+    )
     add("--node-labels", action="store_true", help="label Nodes with hypertopo.io/<tierName>=<HyperNode>")
     add("--taint-unhealthy", action="store_true", help="taint Nodes whose fabric failed (NoSchedule)")
     add(
@@ -456,7 +480,7 @@ def pipeline_compute(args: argparse.Namespace, sources: Sequence[Source] | None 
     )
     if sources is None:
         sources = load_sources(args, live=True)
-    feed = PipelineFeed(pipeline, sources, resync=args.resync)
+    feed = PipelineFeed(pipeline, sources, resync=args.resync, structural_hold=args.structural_hold_down)
 
     def compute(view: ClusterView, now: float) -> DesiredState:
         return feed.compute(view.topologies, view.nodes, view.agent_ready, now, view.changed)
@@ -499,6 +523,8 @@ def run(args: argparse.Namespace) -> int:
         agent_namespace=args.agent_namespace or None,
         report_gc_period=args.report_gc_period,
         mark_degraded=args.mark_degraded,
+        fabric_sources=tuple(s.name for s in sources if not isinstance(s, NodeReports)),
+        fabric_pattern=next((s.fabric_interfaces for s in sources if isinstance(s, NodeReports)), None),
     )
     controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write,
                             sources_ready=lambda: all(s.ready() for s in sources))  # fmt: skip

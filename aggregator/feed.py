@@ -7,6 +7,12 @@ remembers what it last gave the pipeline, and per cycle hands it only the differ
 `refresh` when a hold-down deadline falls due; anything else (node labels under label levels, many
 changes at once, the resync period elapsed) is a full `compute`. Parsed reports are cached by
 resourceVersion, so an unchanged NodeTopology is never parsed twice.
+
+Every report passes the structural hold-down (aggregator.structural_hold) on its way in: a report
+that lost its cabling keeps its previous structural facts for `structural_hold` seconds, so a
+restarting agent or a few lost LLDP frames never delete and re-create a HyperNode. The nodes whose
+hold runs out are looked at again as if their report had changed, and the hold's deadline is part
+of the desired state's `next_deadline`, so the controller wakes for it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, NamedTuple
 from agent.report import NodeReport
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline, sources_of
 from aggregator.sources import Source, nodetopology
+from aggregator.structural_hold import DEFAULT_SECONDS, StructuralHold
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +71,16 @@ class _View(NamedTuple):
 
 
 class PipelineFeed:
-    def __init__(self, pipeline: Pipeline, sources: Sequence[Source], *, resync: float = 300.0):
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        sources: Sequence[Source],
+        *,
+        resync: float = 300.0,
+        structural_hold: float = DEFAULT_SECONDS,
+    ):
         self.pipeline = pipeline
+        self.hold = StructuralHold(structural_hold)
         self.sources = tuple(sources)  # in graph-build order (aggregator.registry)
         self._labels_matter = any(s.node_labels_matter for s in self.sources)
         self._stale: tuple[str, ...] = ()
@@ -76,17 +91,23 @@ class PipelineFeed:
         self._built_at = 0.0
         self._last: Desired | None = None
 
-    def reports(self, topologies: Mapping[str, Obj]) -> dict[str, NodeReport]:
+    def reports(self, topologies: Mapping[str, Obj], now: float) -> dict[str, NodeReport]:
+        """The reports to build from (parsed, through the structural hold-down)."""
         out: dict[str, NodeReport] = {}
         for name, obj in topologies.items():
-            report = self._report(name, obj)
+            report = self.hold.admit(name, self._parsed_report(name, obj), now)
             if report is not None:
                 out[name] = report
         for gone in self._parsed.keys() - topologies.keys():
             del self._parsed[gone]
+        self.hold.retain(out)
         return out
 
-    def _report(self, name: str, obj: Obj | None) -> NodeReport | None:
+    def _report(self, name: str, obj: Obj | None, now: float) -> NodeReport | None:
+        """The report to build from: parsed, then through the structural hold-down."""
+        return self.hold.admit(name, self._parsed_report(name, obj), now)
+
+    def _parsed_report(self, name: str, obj: Obj | None) -> NodeReport | None:
         """The parsed report (cached per resourceVersion); None: no object, or an unreadable one."""
         if obj is None:
             self._parsed.pop(name, None)
@@ -123,6 +144,9 @@ class PipelineFeed:
             raise
         if self._stale:
             desired = dataclasses.replace(desired, warnings=(*desired.warnings, *self._stale))
+        held = self.hold.next_deadline()
+        if held is not None and (desired.next_deadline is None or held < desired.next_deadline):
+            desired = dataclasses.replace(desired, next_deadline=held)
         return desired
 
     def _compute(self, view: _View, now: float, changed: Collection[str] | None) -> Desired:
@@ -132,15 +156,16 @@ class PipelineFeed:
         tracking = before is not None and (before.agent_ready is None) == (agent_ready is None)
         if before is None or last is None or changed is None or not tracking:
             fed = _Fed(
-                self.reports(view.topologies), node_readiness(view.nodes), None, node_label_map(view.nodes)
+                self.reports(view.topologies, now), node_readiness(view.nodes), None, node_label_map(view.nodes)
             )
             fed.agent_ready = None if agent_ready is None else dict(agent_ready)
             names = set() if before is None else _names(before) | _names(fed)
             old = {} if before is None else {n: _values(before, n, self._labels_matter) for n in names}
         else:
             fed = before  # patched in place at the changed names only
+            changed = {*changed, *self.hold.due(now)}  # held facts that ran out: look again
             old = {n: _values(fed, n, self._labels_matter) for n in changed}
-            self._patch(fed, changed, view)
+            self._patch(fed, changed, view, now)
         moved = {n for n, was in old.items() if _values(fed, n, self._labels_matter) != was}
         self._fed = fed
         if (
@@ -159,11 +184,11 @@ class PipelineFeed:
         self._last = desired
         return desired
 
-    def _patch(self, fed: _Fed, changed: Collection[str], view: _View) -> None:
+    def _patch(self, fed: _Fed, changed: Collection[str], view: _View, now: float) -> None:
         """Brings the fed state up to date at the changed node names only."""
         agent_ready = view.agent_ready
         for name in changed:
-            report = self._report(name, view.topologies.get(name))
+            report = self._report(name, view.topologies.get(name), now)
             _put(fed.reports, name, report)
             node = view.nodes.get(name)
             _put(fed.node_ready, name, None if node is None else node_readiness({name: node}).get(name))

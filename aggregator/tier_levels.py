@@ -1,14 +1,24 @@
 """Switch levels: how high each switch sits above the host-carrying switches (aggregator.tiers).
 
-Heights are longest paths up from the leaves over links pointing away from the hosts. Declared
-links (a model) carry their direction. A discovered link (a dump, switch LLDP) points from the end
-farther from the fabric's centre to the nearer one, a host-carrying switch always being the lower
-end; "far from the centre" is the hop count to the farthest host-carrying switch, so a leaf cabled
-straight to a core does not pull the core down to the spines, and a leaf without hosts hangs below
-its spine instead of ranking above it. Links between peers (equally central, serving some of the
-same switches below: MLAG pairs, parallel cores) are lateral and ignored; equally central switches
-serving different ones (a core beside a spine, each with leaves of its own) are told apart by their
-share of host-carrying neighbours.
+Levels are peeled from the leaves upward, by what most of a switch's neighbours are:
+
+* the leaves (level 0) are the switches hosts are cabled to: every host the fabric sources know
+  (every CA of a dump, every port UFM lists), not only the cluster's Nodes, so which hosts are
+  Nodes never moves a level (`fabric_hosts_on`). A switch without hosts that hangs from a single
+  other switch (a management or storage leaf on one spine, and whatever hangs from it only) is a
+  leaf too: it is set aside before peeling and can never re-rank the switches it hangs from;
+* level k is made of the switches next to level k-1 that are not above one another: of two such
+  switches cabled together, the one with fewer switches of level k-1 below it (as many: the one
+  with the smaller share of its cables going down) is above the other and waits for a later
+  level, unless they share most of their lower switches (peers: an MLAG pair, parallel spines).
+  So a core with a leaf of its own (a rack cabled straight to the core) waits above the spines
+  beside it, because most leaves go up to spines, not to it. A switch whose only leaves hang from
+  it alone and make under a third of its cables (a management leaf on a core) waits too, and a
+  declared link (a model) keeps its direction.
+
+Every rule reads what most of a switch's neighbours are, never a distance to the farthest switch,
+so a dead switch, a missing cable or a stray leaf changes the levels of the switches it touches
+at most (tests/test_tiers_under_damage.py proves it over perturbed fabrics).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from aggregator.graph import FabricGraph
 
@@ -33,126 +44,97 @@ def _adjacency(links: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
     return adjacent
 
 
-def _eccentricity(adjacent: Mapping[str, set[str]], leaves: set[str]) -> dict[str, int]:
-    """Hops from each switch to the farthest host-carrying switch it is connected to.
-
-    The top of a tree is its centre, the switch no leaf is far from; a dangling switch (a leaf
-    without hosts) is farther out than the spine it hangs from. Leaves cabled to the same switches
-    are equally far from every other switch, so one of them stands for all (in the searches and
-    as a waypoint): a pod, or a rail of a pod, costs one breadth-first search over a graph with
-    one leaf per pod, however many leaves it has."""
-    standing_for = {frozenset(adjacent.get(leaf, ())): leaf for leaf in sorted(leaves, reverse=True)}
-    stand_ins = set(standing_for.values())
-    skipped = leaves - stand_ins
-    farthest: dict[str, int] = {}
-    for start in sorted(stand_ins):
-        seen = {start: 0}
-        frontier = [start]
-        while frontier:
-            nxt = []
-            for s in frontier:
-                for t in adjacent.get(s, ()):
-                    if t not in seen and t not in skipped:
-                        seen[t] = seen[s] + 1
-                        nxt.append(t)
-            frontier = nxt
-        for s, hops in seen.items():
-            if hops > farthest.get(s, -1):
-                farthest[s] = hops
-    return farthest
+def fabric_hosts_on(graph: FabricGraph) -> dict[str, int]:
+    """Hosts the fabric sources cable to each switch, whether or not they are Nodes: hosts named by
+    a dump or UFM, else (a CA whose description names no host) its GUIDs. Node-independent, so the
+    leaves, and with them every level, are the same whichever hosts are Nodes."""
+    named: dict[str, int] = defaultdict(int)
+    for switches in graph.attached_by_host.values():
+        for s in switches:
+            named[s] += 1
+    by_guid: dict[str, int] = defaultdict(int)
+    for switches in graph.attached_by_guid.values():
+        for s in switches:
+            by_guid[s] += 1
+    for s, count in by_guid.items():
+        if s not in named:
+            named[s] = count
+    return dict(named)
 
 
-def _lower_end(
-    a: str, b: str, leaves: set[str], far: Mapping[str, int], adjacent: Mapping[str, set[str]]
-) -> str | None:
-    """Which end of an undirected switch link is below the other (None: a lateral link).
-
-    Links point away from the hosts, towards the fabric's centre: a host-carrying switch is below
-    any other, else the switch farther from the centre (its farthest leaf farther away) is below.
-    Two switches equally far from the centre are peers (a lateral link: MLAG peers, parallel spines)
-    when they serve some of the same switches below; if they serve different ones (a core and a spine
-    whose leaves hang one on each), the one with the larger share of host-carrying neighbours is the
-    lower; equal shares leave the link lateral."""
-    if a in leaves or b in leaves:
-        return None if (a in leaves) == (b in leaves) else (a if a in leaves else b)
-    if a not in far or b not in far:
-        return None  # no host below either end
-    if far[a] != far[b]:
-        return a if far[a] > far[b] else b
-    if _below(a, leaves, far, adjacent) & _below(b, leaves, far, adjacent):
-        return None
-    share_a = len(adjacent[a] & leaves) * len(adjacent[b])
-    share_b = len(adjacent[b] & leaves) * len(adjacent[a])
-    if share_a == share_b:
-        return None
-    return a if share_a > share_b else b
+def _hanging(adjacent: Mapping[str, set[str]], leaves: set[str]) -> set[str]:
+    """Switches without hosts reachable only through one other switch (repeatedly: a chain of
+    them): stray leaves, which must not count for the switch they hang from."""
+    degree = {s: len(n) for s, n in adjacent.items()}
+    stack = [s for s, d in degree.items() if d <= 1 and s not in leaves]
+    hanging: set[str] = set()
+    while stack:
+        s = stack.pop()
+        if s in hanging:
+            continue
+        hanging.add(s)
+        for t in adjacent[s]:
+            if t not in hanging and t not in leaves:
+                degree[t] -= 1
+                if degree[t] <= 1:
+                    stack.append(t)
+    return hanging
 
 
-def _below(s: str, leaves: set[str], far: Mapping[str, int], adjacent: Mapping[str, set[str]]) -> set[str]:
-    return {t for t in adjacent[s] if t in leaves or far.get(t, -1) > far[s]}
+def _peel(
+    adjacent: Mapping[str, set[str]], leaves: set[str], declared_down: Mapping[str, set[str]]
+) -> dict[str, int]:
+    """Levels peeled from the leaves upward (see the module docstring)."""
+    level = dict.fromkeys(leaves, 0)
+    pendant = {s for s in leaves if len(adjacent.get(s, ())) == 1}
+    frontier = {t for s in leaves for t in adjacent.get(s, ()) if t not in level}
+    k = 1
+    while frontier:
+        below = {s: {t for t in adjacent[s] if level.get(t) == k - 1} for s in frontier}
+        weight = {s: (len(b), Fraction(len(b), len(adjacent[s]))) for s, b in below.items()}
+        waiting = {
+            s
+            for s in frontier
+            if any(c in frontier for c in declared_down.get(s, ()))
+            or any(t in frontier and _above(s, t, below, weight) for t in adjacent[s])
+            or (k == 1 and below[s] <= pendant and 3 * len(below[s]) < len(adjacent[s]))
+        }
+        placed = frontier - waiting or frontier  # a cycle of declared links: all of them here
+        for s in placed:
+            level[s] = k
+        frontier = {t for s in placed for t in adjacent[s] if t not in level}
+        k += 1
+    return level
+
+
+def _above(s: str, t: str, below: Mapping[str, set[str]], weight: Mapping[str, tuple[int, Fraction]]) -> bool:
+    """Whether s sits above t, both next to the level below: s has fewer switches of that level
+    below it, and they do not share most of them (peers)."""
+    if weight[s] >= weight[t]:
+        return False
+    shared = len(below[s] & below[t])
+    return 2 * shared <= max(len(below[s]), len(below[t]))
 
 
 def switch_levels(graph: FabricGraph, leaves: set[str]) -> tuple[dict[str, int], dict[str, set[str]]]:
-    """Height of every switch above the leaves (leaves 0), the longest path up from a leaf over
-    links pointing away from the hosts; switches no leaf reaches are left out. Also each switch's
-    parents (the links pointing up from it). Declared links (a model) keep their direction;
-    discovered ones are oriented by `_lower_end`."""
-    down = _downlinks(graph, leaves)
-    levels = _heights(down, leaves, {s for link in graph.switch_links for s in link})
-    up: dict[str, set[str]] = defaultdict(set)
-    for parent, children in down.items():
-        for child in children:
-            if child in levels and parent in levels and levels[child] < levels[parent]:
-                up[child].add(parent)
-    return levels, up
-
-
-def _downlinks(graph: FabricGraph, leaves: set[str]) -> dict[str, set[str]]:
-    """Each switch's children: declared links as declared, discovered ones oriented by `_lower_end`."""
-    declared = {frozenset(link) for link in graph.uplinks}
-    down: dict[str, set[str]] = defaultdict(set)
+    """Level of every switch (leaves 0; see the module docstring) and each switch's parents (the
+    switches cabled to it one or more levels up); switches no leaf reaches are left out, and a
+    hanging switch without hosts is a leaf with no parent (it is in no domain)."""
+    adjacent = _adjacency(graph.switch_links)
+    hanging = _hanging(adjacent, leaves)
+    core = {s: n - hanging for s, n in adjacent.items() if s not in hanging}
+    declared_down: dict[str, set[str]] = defaultdict(set)
     for child, parent in graph.uplinks:
-        down[parent].add(child)
-    undeclared = [link for link in sorted(graph.switch_links) if frozenset(link) not in declared]
-    if undeclared:
-        adjacent = _adjacency(graph.switch_links)
-        far = _eccentricity(adjacent, leaves)
-        for a, b in undeclared:
-            low = _lower_end(a, b, leaves, far, adjacent)
-            if low is not None:
-                down[b if low == a else a].add(low)
-    return down
-
-
-def _heights(down: Mapping[str, set[str]], leaves: set[str], linked: set[str]) -> dict[str, int]:
-    """Longest path up from a leaf to each switch (cycles broken where a path meets itself)."""
-    levels: dict[str, int] = {}
-    for s in sorted(linked | set(down) | leaves):
-        _height(s, frozenset(), down, leaves, levels)
-    return levels
-
-
-def _height(
-    s: str, visiting: frozenset[str], down: Mapping[str, set[str]], leaves: set[str], levels: dict[str, int]
-) -> int | None:
-    """A module function, not a closure: a closure calling itself is a reference cycle that only
-    the collector frees, and it would hold `levels` and `down` until then."""
-    if s in levels:
-        return levels[s]
-    if s in leaves:
-        levels[s] = 0
-        return 0
-    below = [
-        h
-        for c in down.get(s, ())
-        if c not in visiting
-        for h in [_height(c, visiting | {s}, down, leaves, levels)]
-        if h is not None
-    ]
-    if not below:
-        return None
-    levels[s] = 1 + max(below)
-    return levels[s]
+        if child not in hanging and parent not in hanging:
+            declared_down[parent].add(child)
+    levels = _peel(core, set(leaves), declared_down)
+    up: dict[str, set[str]] = defaultdict(set)
+    for a, b in graph.switch_links:
+        if a in levels and b in levels and levels[a] != levels[b]:
+            low, high = (a, b) if levels[a] < levels[b] else (b, a)
+            up[low].add(high)
+    levels.update((s, 0) for s in hanging if any(t in levels for t in adjacent[s]) or s in leaves)
+    return levels, up
 
 
 def promoted_switches(graph: FabricGraph, hosts_on: Mapping[str, int]) -> set[str]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from aggregator.graph import FabricGraph
 from aggregator.tier_candidates import NVLINK, Domain, label_domains, settle_leaf_sets, switch_domain
 from aggregator.tier_classes import NodeClasses
-from aggregator.tier_levels import SwitchLevels, promoted_switches, switch_kind
+from aggregator.tier_levels import SwitchLevels, fabric_hosts_on, promoted_switches, switch_kind
 
 LeafSet = frozenset[str]
 Entry = tuple[frozenset[str], str | None, int]  # what the parts read of a class: switches, clique, nodes
@@ -45,9 +45,16 @@ class _Level:
     domains: dict[str, Domain] = field(default_factory=dict)
 
 
-def _fingerprint(graph: FabricGraph) -> tuple[int, int, int, tuple[str, ...]]:
+def _fingerprint(graph: FabricGraph) -> tuple[int, int, int, int, int, tuple[str, ...]]:
     """What the parts assume of the graph beyond its nodes' classes (as NodeClasses.levels does)."""
-    return (id(graph), len(graph.switch_links), len(graph.uplinks), tuple(graph.label_levels))
+    return (
+        id(graph),
+        len(graph.switch_links),
+        len(graph.uplinks),
+        len(graph.attached_by_host),
+        len(graph.attached_by_guid),
+        tuple(graph.label_levels),
+    )
 
 
 class CandidateParts:
@@ -58,6 +65,9 @@ class CandidateParts:
         self.owner: object = None  # the tree holding the state now (`take`)
         self.seen: dict[str, Entry] = {}  # class -> switches, clique, nodes
         self.hosts_on: dict[str, int] = {}  # switch -> nodes cabled to it
+        # switch -> hosts the fabric sources cable to it, Nodes or not: the leaves never depend on
+        # which hosts are Nodes (aggregator.tier_levels)
+        self.fabric_hosts = fabric_hosts_on(graph)
         self.peers: dict[str, set[str]] = defaultdict(set)  # switch links, both ways
         for a, b in graph.switch_links:
             self.peers[a].add(b)
@@ -120,7 +130,7 @@ class CandidateParts:
         assume fixed (which switches are promoted spines): then the caller builds a fresh state."""
         moves = self._weigh_all() if fresh else self._reweigh(dirty)
         if fresh:
-            self.promoted = promoted_switches(self.graph, self.hosts_on)
+            self.promoted = promoted_switches(self.graph, self._all_hosts())
         elif not self._promoted_kept(moves):
             return False
         self._regroup_nvlink(moves, fresh)
@@ -176,13 +186,21 @@ class CandidateParts:
                     suspects.update(entry[0])
         for s in list(suspects):
             suspects.update(self.peers.get(s, ()))
-        hosts_on, peers = self.hosts_on, self.peers
+        hosts_on, fabric, peers = self.hosts_on, self.fabric_hosts, self.peers
         for s in suspects:
-            carrying = [p for p in peers.get(s, ()) if p in hosts_on] if s in hosts_on else []
-            promoted = len(carrying) >= 2 and len(carrying) > hosts_on[s]
+            hosts = max(hosts_on.get(s, 0), fabric.get(s, 0))
+            carrying = [p for p in peers.get(s, ()) if p in hosts_on or p in fabric] if hosts else []
+            promoted = len(carrying) >= 2 and len(carrying) > hosts
             if promoted != (s in self.promoted):
                 return False
         return True
+
+    def _all_hosts(self) -> dict[str, int]:
+        """Hosts per switch: the Nodes on it, or the hosts the fabric sources know, whichever is more."""
+        merged = dict(self.fabric_hosts)
+        for s, count in self.hosts_on.items():
+            merged[s] = max(count, merged.get(s, 0))
+        return merged
 
     def _leaf_set(self, entry: Entry | None) -> LeafSet | None:
         """A class's leaf set: its switches less promoted spines (all of them if only spines)."""
@@ -314,7 +332,7 @@ class CandidateParts:
 
     def _relevel(self, changed: dict[LeafSet, Domain | None], fresh: bool) -> None:
         if self.leaves_stale:
-            self.leaves = frozenset(self.leaf_use.keys() - self.promoted)
+            self.leaves = frozenset((self.leaf_use.keys() | self.fabric_hosts.keys()) - self.promoted)
             self.leaves_stale = False
         levels = self.classes.levels(self.graph, self.leaves)
         if levels is not self.levels:  # other switch heights: every level's domains anew

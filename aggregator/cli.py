@@ -35,12 +35,14 @@ from agent.command_line import (
 )
 from agent.report import KIND, NodeReport
 from aggregator.object_files import of_kind, read_objects
-from aggregator.pipeline import ClusterInputs, Pipeline
+from aggregator.pipeline import ClusterInputs, Desired, Pipeline
 from aggregator.registry import add_source_arguments, load_sources
 from aggregator.render import as_list
 from aggregator.sources import OptionError, SourceError, nodetopology
+from aggregator.sources.nodetopology import NodeReports
 from aggregator.tree_cli import add_tree_command
 from aggregator.tree_dot import render_dot
+from aggregator.tree_explain import Explanation, explain
 
 log = logging.getLogger("hypertopo-aggregator")
 PROG = "hypertopo-aggregator"
@@ -81,11 +83,13 @@ def load_reports(paths: Sequence[str], *, strict: bool = True) -> dict[str, Node
                     raise error from exc
                 skip(error, f"{file}:{_name_of(obj)}")
                 continue
-            if report.node_name in seen_in:
-                log.warning("%s: NodeTopology %r also in %s: the later one is used",
-                            file, report.node_name, seen_in[report.node_name])
-            seen_in[report.node_name] = file
-            reports[report.node_name] = report
+            # filed under the object's name, as the API keys it: a spec naming another node is the
+            # pipeline's to refuse (aggregator.crosscheck), not to stand in for that node's report
+            name = str((obj.get("metadata") or {}).get("name") or report.node_name)
+            if name in seen_in:
+                log.warning("%s: NodeTopology %r also in %s: the later one is used", file, name, seen_in[name])
+            seen_in[name] = file
+            reports[name] = report
     if skipped:
         log.warning("skipped %s unreadable report(s): %s", len(skipped), summarise(skipped))
     return reports
@@ -181,9 +185,19 @@ def cmd_render(args: argparse.Namespace) -> int:
         _warn_tree(desired.tree.dropped, desired.tree.uncabled)
     for warning in desired.warnings:
         print(f"hypertopo-aggregator render: warning: {one_line(warning)}", file=sys.stderr)
-    if not desired.hypernodes and (inputs.reports or inputs.node_ready or inputs.fabric):
-        print("hypertopo-aggregator render: no HyperNodes: no node was placed on a switch", file=sys.stderr)
+    for line in explain_render(inputs, desired).lines():
+        print(f"{PROG} render: {one_line(line, width=600)}", file=sys.stderr)
     return 0
+
+
+def explain_render(inputs: ClusterInputs, desired: Desired) -> Explanation:
+    """Why `render` leaves nodes out or prints no HyperNode (aggregator.tree_explain)."""
+    placed = set(desired.tree.lowest) if desired.tree is not None else set()
+    nodes = set(inputs.reports) | set(inputs.node_ready) | placed
+    sources = [s.name for s in inputs.all_sources() if not isinstance(s, NodeReports)]
+    pattern = next((s.fabric_interfaces for s in inputs.all_sources() if isinstance(s, NodeReports)), None)
+    return explain(nodes=nodes, placed=placed, hypernodes=len(desired.hypernodes), reports=inputs.reports,
+                   fabric_sources=sources, refused={f.node for f in desired.findings}, fabric_pattern=pattern)  # fmt: skip
 
 
 def _warn_tree(dropped: Sequence[tuple[str, str]], uncabled: Mapping[str, Sequence[str]]) -> None:

@@ -25,6 +25,8 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from aggregator.tree_explain import EMPTY_REASONS, NODE_REASONS, Explanation
+
 PREFIX = "hypertopo_aggregator"
 
 
@@ -124,6 +126,16 @@ class AggregatorMetrics:
             f"{PREFIX}_reconcile_errors", "Reconcile steps that failed (API errors, clashes)", ["kind"], registry=r
         )
         self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the leader lease", registry=r)
+        self.tree_empty_reason = Gauge(
+            f"{PREFIX}_tree_empty_reason",
+            "1 for the reason the HyperNode tree is empty (no_fabric_source, no_lldp_neighbours, ...; "
+            "aggregator.tree_explain), 0 for every other reason; all 0 while the tree has HyperNodes",
+            ["reason"],
+            registry=r,
+        )
+        self.nodes_unplaced = Gauge(
+            f"{PREFIX}_nodes_unplaced", "Nodes in no HyperNode, by reason (aggregator.tree_explain)", ["reason"], registry=r
+        )
 
     def count_write(self, verb: str, resource: str) -> None:
         self.api_writes.labels(verb=verb, resource=resource).inc()
@@ -137,6 +149,13 @@ class AggregatorMetrics:
     def withdraw_state(self) -> None:
         """This replica does not lead (any more): export no cluster-state gauges."""
         self._state.withdraw()
+
+    def publish_explanation(self, explanation: Explanation) -> None:
+        """Why the tree is empty (one reason at 1) and how many nodes are in no HyperNode, by reason."""
+        for reason in EMPTY_REASONS:
+            self.tree_empty_reason.labels(reason=reason).set(1 if explanation.empty_reason == reason else 0)
+        for reason in NODE_REASONS:
+            self.nodes_unplaced.labels(reason=reason).set(len(explanation.unplaced.get(reason, ())))
 
     def set_leader(self, leading: bool) -> None:
         self.is_leader.set(1 if leading else 0)

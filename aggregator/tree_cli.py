@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agent.command_line import EXIT_INPUT, add_common_arguments, number_argument, one_line
 from aggregator.object_files import of_kind, read_objects
 from aggregator.tree import Tree, View, render_text
+from aggregator.tree_explain import ParsedReports, explain
 
 _positive_int = number_argument(int, "whole number", 1, "must be 1 or more")
 
@@ -45,8 +46,42 @@ def cmd_tree(args: argparse.Namespace) -> int:
     if objects is None:
         return EXIT_INPUT
     view = View(depth=args.depth, only_unhealthy=args.only_unhealthy, colour=_colour(args.color))
-    sys.stdout.write(render_text(Tree(objects), view))
+    tree = Tree(objects)
+    sys.stdout.write(render_text(tree, view))
+    if args.source:
+        if not tree.domains:
+            print(f"(no HyperNode in {args.source}: `render` prints why on its stderr; the aggregator logs it "
+                  "and exports hypertopo_tree_empty_reason)")  # fmt: skip
+    else:
+        for line in _live_explanation(args.kubeconfig, tree):
+            print(line)
     return 0
+
+
+def explain_tree(tree: Tree, nodes: Iterable[str], topologies: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Why the cluster's Nodes are in no HyperNode of `tree` (aggregator.tree_explain); which fabric
+    sources the aggregator has is not known here, so the lines say so."""
+    placed = {node for domain in tree.domains.values() for node in domain.nodes}
+    names = set(nodes)
+    reports = ParsedReports().over({n: obj for n, obj in topologies.items() if n in names})
+    found = explain(nodes=names, placed=placed, hypernodes=len(tree.domains), reports=reports, fabric_sources=None)
+    return found.lines()
+
+
+def _live_explanation(kubeconfig: str | None, tree: Tree) -> list[str]:
+    """`explain_tree` over the cluster's Nodes and NodeTopology reports (nothing when they cannot be listed)."""
+    from agent.adapters.kube import NODES, NODETOPOLOGIES, connect
+    from agent.api_error import ApiError
+
+    try:
+        client = connect(kubeconfig)
+        nodes, _ = client.list(NODES)
+        topologies, _ = client.list(NODETOPOLOGIES)
+    except ApiError as exc:
+        return [f"(cannot list Nodes and NodeTopology reports to say which nodes are left out: {one_line(str(exc))})"]
+    names = [str(n["metadata"]["name"]) for n in nodes if (n.get("metadata") or {}).get("name")]
+    return explain_tree(tree, names, {str(t["metadata"]["name"]): t for t in topologies
+                                      if (t.get("metadata") or {}).get("name")})  # fmt: skip
 
 
 def _colour(choice: str) -> bool:

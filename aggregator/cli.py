@@ -197,7 +197,8 @@ def explain_render(inputs: ClusterInputs, desired: Desired) -> Explanation:
     sources = [s.name for s in inputs.all_sources() if not isinstance(s, NodeReports)]
     pattern = next((s.fabric_interfaces for s in inputs.all_sources() if isinstance(s, NodeReports)), None)
     return explain(nodes=nodes, placed=placed, hypernodes=len(desired.hypernodes), reports=inputs.reports,
-                   fabric_sources=sources, refused={f.node for f in desired.findings}, fabric_pattern=pattern)  # fmt: skip
+                   fabric_sources=sources, refused={f.node for f in getattr(desired, "findings", ())},
+                   fabric_pattern=pattern)  # fmt: skip
 
 
 def _warn_tree(dropped: Sequence[tuple[str, str]], uncabled: Mapping[str, Sequence[str]]) -> None:

@@ -83,7 +83,7 @@ def _missing_run(reason: str) -> int:
 
 
 def parser(*, load_run: bool = True) -> argparse.ArgumentParser:
-    top = CommandParser(prog="hypertopo-scheduler",
+    top: argparse.ArgumentParser = CommandParser(prog="hypertopo-scheduler",
                                   description="Gang, topology-aware placement on Volcano HyperNodes.")
     add_common_arguments(top)
     sub = top.add_subparsers(dest="command", required=True, metavar="{run,simulate}")

@@ -3,7 +3,9 @@
 Live, it lists the cluster's HyperNodes through the shared client (`agent.adapters.kube.connect`:
 --kubeconfig, else the pod's service account, else what kubectl reads), imported only then, so
 `tree --from FILE` works without a cluster. Colour goes to a terminal, plain text down a pipe
-(`NO_COLOR` is honoured; `--color` overrides both).
+(`NO_COLOR` is honoured; `--color` overrides both). Live, it also lists the Nodes and NodeTopology
+reports and says which Nodes are in no HyperNode and why (aggregator.tree_explain); from a file it
+can only point at `render`'s stderr and the aggregator's log.
 """
 
 from __future__ import annotations

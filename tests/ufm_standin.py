@@ -305,6 +305,7 @@ class Behaviour:
     chunked: bool = False
     missing: set[str] = field(default_factory=set)  # listings answered with 404 (older UFM)
     filter_refused: int | None = None  # 400 or 404: `ports?active=true` refused (a UFM without the filter)
+    raw: dict[str, bytes] = field(default_factory=dict)  # listing -> the exact body to send (poisoned JSON)
 
 
 class UfmStandIn:
@@ -398,7 +399,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(refused, b'{"error": "Unknown parameter: active"}')
                 return
             listing = active_ports(listing)
-        body = _spoiled(self.standin.behaviour.fail, name, json.dumps(listing).encode())
+        raw = self.standin.behaviour.raw.get(name)
+        body = raw if raw is not None else _spoiled(self.standin.behaviour.fail, name, json.dumps(listing).encode())
         self._send(200, body, chunked=self.standin.behaviour.chunked)
 
     def _refusal(self, path: str, header: str) -> tuple[int, bytes] | tuple[()] | None:

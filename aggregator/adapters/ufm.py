@@ -41,6 +41,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from agent.command_line import one_line
 from aggregator.graph import FabricGraph
 from aggregator.sources import Cluster, OptionError, Source, Worker, ufm, ufm_graph
 from aggregator.sources.ibnetdiscover import HostNames
@@ -250,6 +251,8 @@ class UfmPoller:
         self.last_success: float | None = None
         self.last_error = ""
         self._last_kind = ""
+        self.dead = False  # the polling loop ended without being asked to
+        self.polls = 0  # polls done, failed or not
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -276,20 +279,32 @@ class UfmPoller:
             return self.generation, self.facts
 
     def poll_once(self) -> bool:
-        """One poll; True when UFM answered usefully. Never raises for UFM's own failures."""
+        """One poll; True when UFM answered usefully. Never raises: whatever UFM answers, however
+        the reading of it fails (a parser's surprise included), it is one failed poll (counted,
+        stale, logged with back-off) and the last good facts stay; the poller thread lives on."""
+        try:
+            return self._poll()
+        finally:
+            self.polls += 1
+
+    def _poll(self) -> bool:
         try:
             fresh = self.client.fetch()
             if not fresh.ports and self.facts is not None and self.facts.ports:
                 raise UfmFetchError("empty", "UFM lists no ports at all (still discovering after a restart?)")
+            self._succeeded(fresh)
         except UfmFetchError as exc:
             self._failed(exc)
             return False
-        self._succeeded(fresh)
+        except Exception as exc:  # an answer no reader foresaw: a failed poll, not a dead thread
+            self._failed(UfmFetchError("malformed", f"UFM's answer could not be read: {type(exc).__name__}: "
+                                       f"{one_line(str(exc), width=200)}"))  # fmt: skip
+            return False
         return True
 
     def _succeeded(self, fresh: ufm.UfmFabric) -> None:
+        merged = ufm.remember(self.facts, fresh)  # outside the lock: a failure here changes nothing
         with self._lock:
-            merged = ufm.remember(self.facts, fresh)
             changed = self.facts is None or _differs(self.facts, merged)
             self.facts = merged
             if changed:
@@ -322,9 +337,17 @@ class UfmPoller:
 
     # -- the thread ----------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            self.poll_once()
-            stop.wait(self.interval)
+        """Polls until `stop` is set. Should the loop ever end otherwise, the source says so: stale
+        in metrics, not ready (`/readyz`), and one error in the log."""
+        try:
+            while not stop.is_set():
+                self.poll_once()
+                stop.wait(self.interval)
+        finally:
+            if not stop.is_set():
+                self.dead = True
+                self.metrics.stale.labels(source=SOURCE).set(1)
+                log.error("UFM poller stopped unexpectedly: no more polls until the aggregator restarts")
 
     def start(self) -> UfmPoller:
         self._thread = threading.Thread(target=self.run, args=(self._stop,), name="ufm-poller", daemon=True)
@@ -433,8 +456,8 @@ class UfmSource(Source):
         return True
 
     def ready(self) -> bool:
-        """True once UFM has answered once (there are facts to build on)."""
-        return self.poller is None or self.poller.snapshot()[1] is not None
+        """True once UFM has answered once (there are facts to build on), while its poller runs."""
+        return self.poller is None or (self.poller.snapshot()[1] is not None and not self.poller.dead)
 
     def stale(self) -> str | None:
         return None if self.poller is None else self.poller.stale_reason()

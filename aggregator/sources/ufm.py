@@ -48,6 +48,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from agent.input_limits import ascii_int
 from aggregator.collector import collector_paused
 from aggregator.sources.ufm_items import (
     _GUID,
@@ -189,8 +190,8 @@ def _link_end(item: Mapping[str, Any], side: str) -> Key | None:
     if type(guid) is str and _HEX16.fullmatch(guid):
         if type(port) is int:
             return (guid, port)
-        if type(port) is str and port.isdigit():
-            return (guid, int(port))
+        if type(port) is str and (number := ascii_int(port)) is not None:
+            return (guid, number)
     normal, number = _guid(_str(guid)), _int(_str(port))
     if normal is not None and number is not None:
         return (normal, number)
@@ -207,7 +208,7 @@ def _add_unhealthy(fabric: UfmFabric, item: Mapping[str, Any]) -> None:
         fabric.warnings.append(f"unhealthy_ports: port {_text(item, 'UnhealthyPort') or guid} is not in the port listing")
         return
     condition = item.get("Condition")
-    text = ", ".join(str(c) for c in condition) if isinstance(condition, list) else _str(condition)
+    text = ", ".join(map(_str, condition)) if isinstance(condition, list) else _str(condition)
     fabric.unhealthy[(guid, number)] = text or "unhealthy"
 
 
@@ -226,6 +227,8 @@ class UfmDecodeError(UfmError):
 def _decoded(listing: str, body: bytes) -> Any:
     try:
         return json.loads(body)
+    except RecursionError:  # nested past the interpreter's limit: a body no UFM sends
+        raise UfmDecodeError(listing, "JSON nested too deep to be a UFM listing") from None
     except ValueError as exc:
         start = body[:60].decode("utf-8", "replace")
         raise UfmDecodeError(listing, f"not JSON ({exc}); it starts {start!r}") from exc
@@ -331,8 +334,9 @@ def load_file(path: str) -> UfmFabric:
             }
         else:
             listings = json.loads(root.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UfmError(f"{path}: cannot read UFM listings: {exc}") from exc
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise UfmError(f"{path}: cannot read UFM listings: {reason}") from None
     if not isinstance(listings, dict):
         raise UfmError(f"{path}: expected an object with the listings ports, links, systems")
     try:

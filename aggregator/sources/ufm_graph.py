@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import attrgetter, itemgetter
 
+from agent.input_limits import clean_name
 from aggregator.graph import FabricFault, FabricGraph
 from aggregator.sources.ibnetdiscover import HostNames
 from aggregator.sources.ufm import UfmFabric
@@ -34,9 +35,10 @@ _GUID, _SYSTEM, _KIND = itemgetter(0), attrgetter("system_guid"), attrgetter("ki
 
 
 def switch_names(fabric: UfmFabric) -> dict[str, str]:
-    """Switch system GUID -> switch ID: UFM's system name, or "ib-<guid>" when it has none or two
-    switches share it (the ibnetdiscover source names switches the same way)."""
-    wanted = {s.guid: (s.name or f"ib-{s.guid}") for s in fabric.systems.values() if s.kind == SWITCH}
+    """Switch system GUID -> switch ID: UFM's system name (blanks around it dropped), or "ib-<guid>"
+    when it has none, an unusable one (a control character: `leaf1\\n` is not `leaf1`; longer than a
+    DNS name) or two switches share it (the ibnetdiscover source names switches the same way)."""
+    wanted = {s.guid: (clean_name(s.name) or f"ib-{s.guid}") for s in fabric.systems.values() if s.kind == SWITCH}
     counts = Counter(wanted.values())
     return {guid: (name if counts[name] == 1 else f"ib-{guid}") for guid, name in wanted.items()}
 
@@ -72,10 +74,13 @@ class _Join:
         return found
 
     def host(self, port: UfmPort) -> str | None:
-        name = port.system_name or self.hosts.host_of(port.node_description) or ""
+        """The node a port's system name (else its node description) names, compared as dump hosts
+        are (lower-cased, `--strip-domain`); a name matching no node stays lower-cased, as a dump
+        host's does, so UFM and a dump name one host alike."""
+        name = clean_name(port.system_name) or self.hosts.host_of(port.node_description) or ""
         if not name:
             return None
-        return self.by_key.get(self.hosts.key(name), name)
+        return self.by_key.get(self.hosts.key(name), name.lower())
 
     def node(self, port: UfmPort) -> str | None:
         return self.reported(port) or self.host(port)

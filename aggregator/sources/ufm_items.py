@@ -16,13 +16,15 @@ from collections.abc import Mapping
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
+from agent.input_limits import ascii_int, scalar_text, short
 from aggregator.graph import normalise_guid
 
 # InfiniBand per-lane rates by name (IBTA: SDR 2.5 ... XDR 200 Gb/s per lane)
 _LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0,
               "HDR": 50.0, "NDR": 100.0, "XDR": 200.0}  # fmt: skip
-_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(g|gb|gbps|gb/s)?\s*$", re.I)
-_WIDTH = re.compile(r"^\s*(\d+)\s*x\s*$", re.I)
+_NUMBER = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,6})?)\s*(g|gb|gbps|gb/s)?\s*$", re.I | re.A)
+_WIDTH = re.compile(r"^\s*(\d{1,3})\s*x\s*$", re.I | re.A)
+_CACHED = 4096  # distinct spellings remembered: UFM uses a handful; a hostile one cannot grow memory
 SWITCH, HOST, OTHER = "switch", "host", "other"
 
 
@@ -75,15 +77,19 @@ def _items(data: Any, listing: str) -> list[Mapping[str, Any]]:
         return data
     for index, item in enumerate(data):
         if not isinstance(item, Mapping):
-            raise UfmError(f"{listing}[{index}]: expected an object, got {type(item).__name__}: {str(item)[:80]!r}")
+            plain = not isinstance(item, (list, dict)) and not (isinstance(item, int) and item.bit_length() > 128)
+            shown = repr(str(item)[:80]) if plain else short(item, 80)  # never a nested list printed whole
+            raise UfmError(f"{listing}[{index}]: expected an object, got {type(item).__name__}: {shown}")
     return data
 
 
 def _text(item: Mapping[str, Any], *keys: str) -> str:
+    """The first of `keys` holding a string or a number, as stripped text; a list or an object
+    where text belongs counts as absent (never its printed form)."""
     for key in keys:
-        value = item.get(key)
-        if value is not None and value != "":
-            return value.strip() if isinstance(value, str) else str(value).strip()
+        value = scalar_text(item.get(key))
+        if value:
+            return value.strip()
     return ""
 
 
@@ -100,15 +106,11 @@ def _guid(text: str) -> str | None:
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        return None
+    """A port number: an int, or ASCII digits (never Unicode digits, a bool or a float)."""
+    return ascii_int(value)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED)
 def lane_gbps(text: str) -> float | None:
     """"25.0 Gbps", "25", "EDR", "HDR" -> Gb/s per lane; None when unreadable."""
     name = text.strip().upper()
@@ -118,23 +120,33 @@ def lane_gbps(text: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED)
 def lanes(text: str) -> int | None:
     match = _WIDTH.match(text)
     return int(match.group(1)) if match else None
 
 
-@functools.cache
 def _rate(speed: Any, width: Any) -> float | None:
-    """Active speed x width, as listed (a null speed or width of a port without a link: None)."""
+    """Active speed x width, as listed (a null speed or width of a port without a link: None;
+    a list or an object: None)."""
+    if not (type(speed) in _SCALARS and type(width) in _SCALARS):
+        return None
+    return _scalar_rate(speed, width)
+
+
+_SCALARS = frozenset({str, int, float, type(None)})
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _scalar_rate(speed: Any, width: Any) -> float | None:
     per_lane, count = lane_gbps(_str(speed)), lanes(_str(width))
     return per_lane * count if per_lane is not None and count is not None else None
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED)
 def _best_rate(speeds: tuple[Any, ...], widths: tuple[Any, ...]) -> float | None:
-    best_speed = max((g for g in (lane_gbps(str(s)) for s in speeds) if g is not None), default=None)
-    best_width = max((w for w in (lanes(str(x)) for x in widths) if w is not None), default=None)
+    best_speed = max((g for g in (lane_gbps(_str(s)) for s in speeds) if g is not None), default=None)
+    best_width = max((w for w in (lanes(_str(x)) for x in widths) if w is not None), default=None)
     return best_speed * best_width if best_speed is not None and best_width is not None else None
 
 
@@ -147,7 +159,7 @@ def _capacity(speeds: Any, widths: Any) -> float | None:
         return None
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED)
 def _kind_from_description(description: str) -> str:
     text = description.lower()
     if "switch" in text:
@@ -157,13 +169,13 @@ def _kind_from_description(description: str) -> str:
     return OTHER
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED)
 def _kind_of_system(value: str) -> str:
     text = value.lower()
     return SWITCH if text == "switch" else HOST if text in ("host", "computer", "server") else OTHER
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED)
 def _is_up(logical: str, physical: str) -> bool:
     return logical.lower() in ("", "active") and physical.lower().replace(" ", "") in ("", "linkup")
 
@@ -171,20 +183,21 @@ def _is_up(logical: str, physical: str) -> bool:
 def _port_name(text: str) -> Key | None:
     """"<guid>_<number>" (UFM's port names) -> (normalised GUID, number)."""
     guid, sep, number = text.rpartition("_")
-    if not sep or not number.isdigit():
+    port = ascii_int(number) if sep else None
+    if port is None:
         return None
     normal = _guid(guid)
-    return (normal, int(number)) if normal is not None else None
+    return (normal, port) if normal is not None else None
 
 
 def _peer(item: Mapping[str, Any]) -> Key | None:
     """The far end: `peer` "<guid>_<number>" in UFM's own spelling the short way, else any of the
     spellings UFM versions use."""
     peer = item.get("peer")
-    if type(peer) is str and len(peer) > 17 and peer[16] == "_" and _HEX16.match(peer) and peer[17:].isdigit():
-        guid = item.get("peer_guid")
-        if guid is None or guid == peer[:16]:
-            return (peer[:16], int(peer[17:]))
+    if type(peer) is str and len(peer) > 17 and peer[16] == "_" and _HEX16.match(peer):
+        guid, number = item.get("peer_guid"), ascii_int(peer[17:])
+        if (guid is None or guid == peer[:16]) and number is not None:
+            return (peer[:16], number)
     guid = _guid(_text(item, "peer_guid"))
     port = _int(_text(item, "peer_port_number", "peer_port"))
     if guid is not None and port is not None:
@@ -193,7 +206,9 @@ def _peer(item: Mapping[str, Any]) -> Key | None:
 
 
 def _str(value: Any) -> str:
-    return value if type(value) is str else "" if value is None else str(value)
+    """Text of a field: a string as it is, a number as its digits, anything else (null, a list, an
+    object) empty: never the printed form of a nested value."""
+    return value if type(value) is str else scalar_text(value) or ""
 
 
 def _identity(item: Mapping[str, Any]) -> Key | None:

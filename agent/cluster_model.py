@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from agent import yaml_codec
+from agent.input_limits import InputLimitError, check_tree, clean_name, scalar_text, short
 
 DOMAIN_ANNOTATION = "accelerator.topology.test/domain"
 
@@ -48,36 +49,41 @@ class ModelError(ValueError):
 
 
 _BRACKET = re.compile(r"\[([^\]]*)\]")
+MAX_NODES = 1_000_000  # nodes one model may name, all blocks together: a model is a test fabric
+_BOUND = re.compile(r"[0-9]{1,9}", re.A)  # a range's bound: ASCII digits (never Unicode ones), at most 9
 
 
-def _expand_range_list(body: str, pattern: str) -> list[str]:
-    values: list[str] = []
+def _ranges(body: str, pattern: str) -> list[tuple[int, int, int]]:
+    """A bracket's ranges as (low, high, zero-padded width), checked but not yet expanded."""
+    out = []
     for part in body.split(","):
         part = part.strip()
         if not part:
-            raise ModelError(f"empty range in hostlist {pattern!r}")
-        if "-" in part:
-            low, _, high = part.partition("-")
-            if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
-                raise ModelError(f"bad range {part!r} in hostlist {pattern!r}")
-            width = len(low) if low.startswith("0") else 0
-            values.extend(str(i).zfill(width) for i in range(int(low), int(high) + 1))
-        elif part.isdigit():
-            values.append(part)
-        else:
-            raise ModelError(f"bad range {part!r} in hostlist {pattern!r}")
-    return values
+            raise ModelError(f"empty range in hostlist {pattern[:80]!r}")
+        low, dash, high = part.partition("-")
+        high = high if dash else low
+        if not (_BOUND.fullmatch(low) and _BOUND.fullmatch(high)) or int(low) > int(high):
+            raise ModelError(f"bad range {part[:40]!r} in hostlist {pattern[:80]!r}")
+        out.append((int(low), int(high), len(low) if low.startswith("0") and dash else 0))
+    return out
 
 
-def expand_hostlist(pattern: str) -> list[str]:
-    """`n[1-3,7]` -> n1 n2 n3 n7; zero padding kept (`n[01-02]`); several brackets multiply."""
+def expand_hostlist(pattern: str, limit: int = MAX_NODES) -> list[str]:
+    """`n[1-3,7]` -> n1 n2 n3 n7; zero padding kept (`n[01-02]`); several brackets multiply. More
+    than `limit` names is a ModelError, told before any name is made (`n[1-100000000]`)."""
     pieces = _BRACKET.split(pattern)
     if any("[" in p or "]" in p for p in pieces):
-        raise ModelError(f"unbalanced or nested brackets in hostlist {pattern!r}")
+        raise ModelError(f"unbalanced or nested brackets in hostlist {pattern[:80]!r}")
     # pieces alternate: literal, range body, literal, range body, ..., literal
-    choices: list[list[str]] = []
-    for i, piece in enumerate(pieces):
-        choices.append(_expand_range_list(piece, pattern) if i % 2 else [piece])
+    ranges = [_ranges(piece, pattern) for piece in pieces[1::2]]
+    count = 1
+    for found in ranges:
+        count *= sum(high - low + 1 for low, high, _ in found)
+        if count > limit:
+            raise ModelError(f"hostlist {pattern[:80]!r} names more than {limit} nodes")
+    choices: list[list[str]] = [[piece] for piece in pieces]
+    for index, found in enumerate(ranges):
+        choices[2 * index + 1] = [str(i).zfill(width) for low, high, width in found for i in range(low, high + 1)]
     return ["".join(combo) for combo in itertools.product(*choices)]
 
 
@@ -124,29 +130,51 @@ class ClusterModel:
 
 
 def _as_str_list(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, (str, int)) for v in value):
+    if not isinstance(value, list) or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
         raise ModelError(f"{where} must be a list of names")
-    return [str(v) for v in value]
+    return [_name(v, where) for v in value]
+
+
+def _text(value: Any, where: str) -> str:
+    """A string or a number as text; anything else (a list, a map, null, a bool) is a ModelError."""
+    text = scalar_text(value)
+    if text is None:
+        raise ModelError(f"{where}: expected a name or a number, got {type(value).__name__}")
+    return text
+
+
+def _name(value: Any, where: str) -> str:
+    """A switch or node name: text without control characters, at most a DNS name long (the same
+    rule every fabric source applies, so a model cannot name `leaf1` twice as `leaf1\\n`)."""
+    text = _text(value, where)
+    if clean_name(text) != text:
+        raise ModelError(f"{where}: {short(text)} is not a usable name (blanks around it, a control character, or too long)")
+    return text
 
 
 def parse_model(data: Any) -> ClusterModel:
     """Validates a loaded model document and returns the typed model."""
     if not isinstance(data, Mapping):
         raise ModelError("model must be a mapping with 'switches' and 'blocks'")
+    try:
+        check_tree(data, "model", max_items=MAX_NODES)
+    except InputLimitError as exc:
+        raise ModelError(str(exc)) from None
     raw_switches = data.get("switches") or {}
     if not isinstance(raw_switches, Mapping):
         raise ModelError("'switches' must map switch IDs to {switches: [child IDs]}")
     parents: dict[str, str] = {}
     names: set[str] = set()
-    for sw, body in raw_switches.items():
-        names.add(str(sw))
+    for key, body in raw_switches.items():
+        sw = _name(key, "switches")
+        names.add(sw)
         children = (body or {}).get("switches", []) if isinstance(body, Mapping) else None
         if children is None:
             raise ModelError(f"switch {sw!r}: expected {{switches: [...]}}")
         for child in _as_str_list(children, f"switch {sw!r} children"):
-            if child in parents and parents[child] != str(sw):
+            if child in parents and parents[child] != sw:
                 raise ModelError(f"switch {child!r} has two parents: {parents[child]!r} and {sw!r}")
-            parents[child] = str(sw)
+            parents[child] = sw
             names.add(child)
     blocks = _parse_blocks(data.get("blocks") or [], names)
     model = ClusterModel(parents=parents, switches=tuple(sorted(names)), blocks=tuple(blocks))
@@ -159,19 +187,23 @@ def _parse_blocks(raw_blocks: Any, names: set[str]) -> list[Block]:
     if not isinstance(raw_blocks, list):
         raise ModelError("'blocks' must be a list")
     blocks: list[Block] = []
+    named = 0
     for i, raw in enumerate(raw_blocks):
         if not isinstance(raw, Mapping) or "switch" not in raw:
             raise ModelError(f"block {i}: needs 'switch' and 'nodes'")
-        nodes = [
-            n for pat in _as_str_list(raw.get("nodes", []), f"block {i} nodes") for n in expand_hostlist(pat)
-        ]
+        nodes: list[str] = []
+        for pat in _as_str_list(raw.get("nodes", []), f"block {i} nodes"):
+            found = expand_hostlist(pat, MAX_NODES - named)  # names from a checked pattern and digits
+            named += len(found)
+            nodes.extend(found)
         annotations = raw.get("annotations") or {}
         if not isinstance(annotations, Mapping):
             raise ModelError(f"block {i}: annotations must be a mapping")
-        names.add(str(raw["switch"]))
-        blocks.append(
-            Block(str(raw["switch"]), tuple(nodes), {str(k): str(v) for k, v in annotations.items()})
-        )
+        switch = _name(raw["switch"], f"block {i} switch")
+        names.add(switch)
+        blocks.append(Block(switch, tuple(nodes),
+                            {_name(k, f"block {i} annotations"): _text(v, f"block {i} annotations.{k}")
+                             for k, v in annotations.items()}))  # fmt: skip
     return blocks
 
 
@@ -191,8 +223,8 @@ def load_model(path: str) -> ClusterModel:
             data = yaml_codec.load(handle)
     except OSError as exc:
         raise ModelError(f"cannot read model {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ModelError(f"model {path} is not valid YAML: {exc}") from exc
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: not UTF-8
+        raise ModelError(f"model {path} is not valid YAML: {' '.join(str(exc).split())[:300]}") from exc
     try:
         return parse_model(data)
     except ModelError as exc:

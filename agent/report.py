@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 
+from agent.input_limits import short
+
 SCHEMA_VERSION = 1
 API_GROUP = "hypertopo.io"
 API_VERSION = "v1alpha1"
@@ -339,7 +341,7 @@ def _primitive(cls: type, data: Any, path: str) -> Any:
     if cls is float and isinstance(data, int) and not isinstance(data, bool):
         return float(data)
     if cls in _KINDS and (not isinstance(data, cls) or (cls is not bool and isinstance(data, bool))):
-        raise WireError(f"{path}: expected {_KINDS[cls]}, got {type(data).__name__} {str(data)[:40]!r}")
+        raise WireError(f"{path}: expected {_KINDS[cls]}, got {type(data).__name__} {short(data)}")
     return data
 
 
@@ -373,7 +375,7 @@ def _from_wire(cls: Any, data: Any, path: str = "spec") -> Any:
                 return cls(data)
             except (ValueError, TypeError):
                 known = ", ".join(str(m.value) for m in cls)
-                raise WireError(f"{path}: {str(data)[:40]!r} is not one of {known}") from None
+                raise WireError(f"{path}: {short(data)} is not one of {known}") from None
         return _primitive(cls, data, path)
     args = get_args(cls)
     if origin is tuple:

@@ -41,6 +41,8 @@ def read_objects(
         docs = [json.loads(text)] if name.endswith(".json") else yaml_codec.load_all(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise InputError(name, f"cannot read: {one_line(str(exc), width=200)}") from exc
+    except RecursionError:  # JSON nested past the interpreter's limit
+        raise InputError(name, "cannot read: nested too deep") from None
     objects: list[Obj] = []
     for number, doc in enumerate(docs, 1):
         if doc is None:

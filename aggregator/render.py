@@ -47,7 +47,7 @@ def domain_name(kind: str, identity: tuple[str, ...]) -> str:
         identity = (f"{cluster_uuid.split('-')[0]}-c{clique}",)  # uuid head + clique, hashed below
         exact = False
     else:
-        exact = len(identity) == 1 and _DNS_LABEL.match(identity[0]) is not None
+        exact = len(identity) == 1 and _DNS_LABEL.fullmatch(identity[0]) is not None  # "$" would pass "leaf1\n"
     base = f"{_slug(kind)}-{_slug(identity[0]) if identity else 'none'}"
     if exact and len(base) <= MAX_NAME:
         return base

@@ -21,10 +21,16 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from agent.input_limits import InputLimitError, ascii_int, load_json, scalar_text
 from agent.report import LldpNeighbour
 
 CHASSIS_ID_TYPES = ("chassis", "ifalias", "port", "mac", "ip", "ifname", "local", "unhandled")
 PORT_ID_TYPES = ("ifalias", "port", "mac", "ip", "ifname", "agent-circuit-id", "local", "unhandled")
+
+
+MAX_OUTPUT = 4 << 20  # bytes of lldpcli output: a host with 64 ports of neighbours prints ~200 KB
+MAX_LINES = 200_000  # keyvalue lines
+MAX_LINE = 4096  # characters in one keyvalue line (an LLDP TLV holds at most 511 bytes)
 
 
 class LldpcliError(ValueError):
@@ -32,11 +38,15 @@ class LldpcliError(ValueError):
 
 
 def parse_json(text: str) -> list[LldpNeighbour]:
-    """Neighbours from `lldpcli -f json` or `-f json0` output (the format is detected)."""
+    """Neighbours from `lldpcli -f json` or `-f json0` output (the format is detected). Every field
+    the neighbour gets is text (or None) whatever type lldpcli printed it as, so the agent never
+    publishes a value its own reader (`agent.report.report_from_spec`) would refuse."""
     try:
-        doc = json.loads(text)
+        doc = load_json(text, "lldpcli JSON", max_bytes=MAX_OUTPUT)
     except json.JSONDecodeError as exc:
         raise LldpcliError(f"not JSON: {exc}") from exc
+    except (InputLimitError, ValueError) as exc:
+        raise LldpcliError(str(exc)) from None
     if not isinstance(doc, Mapping) or "lldp" not in doc:
         raise LldpcliError('lldpcli JSON has no top-level "lldp" member')
     try:
@@ -69,47 +79,55 @@ def _json_chassis(chassis: Mapping[str, Any]) -> tuple[str | None, Mapping[str, 
     if isinstance(chassis.get("id"), Mapping) and "type" in chassis["id"]:
         return None, chassis
     name, body = next(iter(chassis.items()), (None, {}))
-    return name, body
+    return name, body if isinstance(body, Mapping) else {}
 
 
 def _json_neighbour(ifname: str, body: Mapping[str, Any]) -> LldpNeighbour | None:
     name, chassis = _json_chassis(body.get("chassis") or {})
     port = body.get("port") or {}
     chassis_id, port_id = chassis.get("id") or {}, port.get("id") or {}
-    if "value" not in chassis_id or "value" not in port_id:
+    chassis_value, port_value = scalar_text(chassis_id.get("value")), scalar_text(port_id.get("value"))
+    if chassis_value is None or port_value is None:
         return None
     return LldpNeighbour(
         interface=ifname,
-        chassis_id=str(chassis_id["value"]),
-        chassis_id_subtype=chassis_id.get("type"),
-        port_id=str(port_id["value"]),
-        port_id_subtype=port_id.get("type"),
+        chassis_id=chassis_value,
+        chassis_id_subtype=scalar_text(chassis_id.get("type")),
+        port_id=port_value,
+        port_id_subtype=scalar_text(port_id.get("type")),
         ttl=_ttl(port.get("ttl", chassis.get("ttl"))),
-        port_description=port.get("descr"),
+        port_description=scalar_text(port.get("descr")),
         system_name=name,
-        system_description=chassis.get("descr"),
-        management_addresses=tuple(str(a) for a in _as_list(chassis.get("mgmt-ip"))),
+        system_description=scalar_text(chassis.get("descr")),
+        management_addresses=_texts(_as_list(chassis.get("mgmt-ip"))),
         capabilities=_enabled(chassis.get("capability")),
     )
+
+
+def _texts(values: list[Any]) -> tuple[str, ...]:
+    """The text values of a list (a nested list or an object where an address belongs is dropped)."""
+    return tuple(t for t in map(scalar_text, values) if t is not None)
 
 
 def _enabled(capabilities: Any) -> tuple[str, ...] | None:
     """Enabled capabilities of `"capability": [{"type": "Bridge", "enabled": true}, ...]` (json
     and json0 alike; json collapses a single one into an object); None when none were sent."""
-    listed = [c for c in _as_list(capabilities) if isinstance(c, Mapping) and "type" in c]
-    return tuple(str(c["type"]) for c in listed if c.get("enabled")) if listed else None
+    listed = [c for c in _as_list(capabilities) if isinstance(c, Mapping) and scalar_text(c.get("type")) is not None]
+    return tuple(str(scalar_text(c["type"])) for c in listed if c.get("enabled")) if listed else None
 
 
 def _ttl(value: Any) -> int:
-    text = str(value).strip() if value is not None else ""
-    return int(text) if text.isdigit() else 0
+    """Seconds as lldpd prints them (ASCII digits, at most 65535 in LLDP); 0 when unknown."""
+    seconds = ascii_int(value.strip() if isinstance(value, str) else value, max_digits=5)
+    return seconds if seconds is not None else 0
 
 
 # --- json0 ------------------------------------------------------------------------------------
 
 
 def _values(items: Any) -> list[str]:
-    return [str(item["value"]) for item in _as_list(items) if isinstance(item, Mapping) and "value" in item]
+    found = (scalar_text(item.get("value")) for item in _as_list(items) if isinstance(item, Mapping))
+    return [value for value in found if value is not None]
 
 
 def _first(items: Any) -> str | None:
@@ -127,14 +145,16 @@ def _json0_interfaces(top: Mapping[str, Any]) -> Iterator[LldpNeighbour]:
     for entry in _as_list(top.get("interface")):
         chassis, port = _only(entry.get("chassis")), _only(entry.get("port"))
         chassis_id, port_id = _only(chassis.get("id")), _only(port.get("id"))
-        if "value" not in chassis_id or "value" not in port_id:
+        chassis_value, port_value = scalar_text(chassis_id.get("value")), scalar_text(port_id.get("value"))
+        interface = scalar_text(entry.get("name"))
+        if chassis_value is None or port_value is None or interface is None:
             continue
         yield LldpNeighbour(
-            interface=str(entry["name"]),
-            chassis_id=str(chassis_id["value"]),
-            chassis_id_subtype=chassis_id.get("type"),
-            port_id=str(port_id["value"]),
-            port_id_subtype=port_id.get("type"),
+            interface=interface,
+            chassis_id=chassis_value,
+            chassis_id_subtype=scalar_text(chassis_id.get("type")),
+            port_id=port_value,
+            port_id_subtype=scalar_text(port_id.get("type")),
             ttl=_ttl(_first(port.get("ttl")) or _first(chassis.get("ttl"))),
             port_description=_first(port.get("descr")),
             system_name=_first(chassis.get("name")),
@@ -146,14 +166,24 @@ def _json0_interfaces(top: Mapping[str, Any]) -> Iterator[LldpNeighbour]:
 
 # --- keyvalue ---------------------------------------------------------------------------------
 
-# The interface name may itself hold dots (eth0.100), so it ends where a known top-level key starts.
-_KEYVALUE = re.compile(
-    r"^lldp\.(?P<ifname>.+?)\.(?P<key>(?:via|rid|age|chassis|port|vlan|ppvid|pi|lldp-med|unknown-tlvs)"
-    r"(?:\.[^=]*)?)=(?P<value>.*)$"
-)
+# The interface name may itself hold dots (eth0.100), so it ends where a known top-level key starts:
+# the first `.<key>` (followed by a dot or the `=`) after at least one character of name. Found by
+# one search of the line's left side (linear; a lazy group before an unbounded one was quadratic).
+_KEYWORD = re.compile(r"\.(?:via|rid|age|chassis|port|vlan|ppvid|pi|lldp-med|unknown-tlvs)(?=\.|$)")
 
 
 _CAPABILITY = re.compile(r"^chassis\.[A-Za-z-]+\.enabled$")  # lldp.eno1.chassis.Bridge.enabled=on
+
+
+def _keyvalue_line(line: str) -> tuple[str, str, str] | None:
+    """(interface, key, value) of an `lldp.<interface>.<key>=<value>` line; None for any other."""
+    left, equals, value = line.partition("=")
+    if not equals or not left.startswith("lldp."):
+        return None
+    found = _KEYWORD.search(left, 6)  # "lldp." and one character of interface name at least
+    if found is None:
+        return None
+    return left[5 : found.start()], left[found.start() + 1 :], value
 
 
 def _keyvalue_records(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -161,24 +191,31 @@ def _keyvalue_records(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
 
     A second `via` for an interface starts its next neighbour; a line that is not `lldp.` (and not
     a `#` comment) continues the previous value, as lldpcli prints multi-line values verbatim."""
-    records: list[tuple[str, list[tuple[str, str]]]] = []
-    by_interface: dict[str, list[tuple[str, str]]] = {}
-    last: list[tuple[str, str]] | None = None
-    for line in text.splitlines():
-        match = _KEYVALUE.match(line)
-        if not match:
+    records: list[tuple[str, list[tuple[str, list[str]]]]] = []
+    by_interface: dict[str, list[tuple[str, list[str]]]] = {}
+    has_via: set[int] = set()  # id() of the records holding a `via` already
+    last: list[tuple[str, list[str]]] | None = None
+    lines = text.splitlines()
+    if len(text) > MAX_OUTPUT or len(lines) > MAX_LINES:
+        raise LldpcliError(f"lldpcli keyvalue output of {len(text)} characters, {len(lines)} lines: more than lldpd prints")
+    for number, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE:
+            raise LldpcliError(f"lldpcli keyvalue line {number}: {len(line)} characters (at most {MAX_LINE})")
+        parsed = _keyvalue_line(line)
+        if parsed is None:
             if last and line.strip() and not line.startswith("#"):
-                key, value = last[-1]
-                last[-1] = (key, f"{value}\n{line}")
+                last[-1][1].append(line)  # joined once at the end: no copy per continuation line
             continue
-        ifname, key = match["ifname"], match["key"]
+        ifname, key, value = parsed
         pairs = by_interface.get(ifname)
-        if pairs is None or (key == "via" and any(k == "via" for k, _ in pairs)):
+        if pairs is None or (key == "via" and id(pairs) in has_via):
             pairs = by_interface[ifname] = []
             records.append((ifname, pairs))
-        pairs.append((key, match["value"]))
+        if key == "via":
+            has_via.add(id(pairs))
+        pairs.append((key, [value]))
         last = pairs
-    return records
+    return [(ifname, [(key, "\n".join(parts)) for key, parts in pairs]) for ifname, pairs in records]
 
 
 def _keyvalue_neighbour(ifname: str, pairs: list[tuple[str, str]]) -> LldpNeighbour | None:

@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from agent.input_limits import clean_name
 from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
 from aggregator.sources import Cluster, Source, regex_option
 
@@ -87,20 +88,49 @@ class Fabric:
 
 
 _KIND = {"S": "Switch", "H": "Ca", "R": "Rt", "SW": "Switch", "CA": "Ca", "RT": "Rt"}
-_GUID_LINE = re.compile(r"^(switchguid|caguid|rtguid|sysimgguid)=(0x[0-9a-fA-F]+)(\(([0-9a-fA-F]+)\))?$")
-_HEADER = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR])-([0-9a-fA-F]+)"\s*(?:#\s*"([^"]*)"(.*))?$')
+# Every pattern is linear in its line (no two unbounded groups that can trade characters: a port
+# report's two descriptions are split by hand, `_descriptions`), numbers and GUIDs are ASCII and
+# bounded, and a line longer than MAX_LINE is refused before any pattern sees it: a dump's lines
+# are under 300 characters, and one 80 KB line took seconds with the earlier patterns.
+MAX_LINE = 4096
+_GUID = r"[0-9a-fA-F]{1,16}"
+_GUID_LINE = re.compile(rf"^(switchguid|caguid|rtguid|sysimgguid)=(0x{_GUID})(\(({_GUID})\))?$", re.A)
+_HEADER = re.compile(rf'^(Switch|Ca|Rt)\s+(\d{{1,9}})\s+"([SHR])-({_GUID})"\s*(?:#\s*"([^"]*)"(.*))?$', re.A)
 _PORT = re.compile(
-    r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s+"([SHR])-([0-9a-fA-F]+)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?'
-    r"\s*(?:#\s*(.*))?$"
+    rf'^\[(\d{{1,9}})\](?:\(({_GUID})\))?\s+"([SHR])-({_GUID})"\[(\d{{1,9}})\](?:\(({_GUID})\))?'
+    r"\s*(?:#\s*(.*))?$",
+    re.A,
 )
-_SPEED = re.compile(r"(\d+x[A-Z0-9]+)\s*$")
+_SPEED_TAIL = re.compile(r"x[A-Z0-9]+$", re.A)  # the rate's tail ("x" + "NDR"); its digits are found by hand
 _PORT_REPORT = re.compile(
-    r"^(SW|CA|RT)\s+(\d+|\?+)\s+(\d+)\s+(0x[0-9a-fA-F]+)\s+(\S+)\s+(\S+)"
-    r"(?:\s+-\s+(SW|CA|RT)\s+(\d+|\?+)\s+(\d+)\s+(0x[0-9a-fA-F]+)\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)"
-    r"|\s+'(.*)')\s*$"
+    rf"^(SW|CA|RT)\s+(\d{{1,9}}|\?+)\s+(\d{{1,9}})\s+(0x{_GUID})\s+(\S+)\s+(\S+)"
+    rf"(?:\s+-\s+(SW|CA|RT)\s+(\d{{1,9}}|\?+)\s+(\d{{1,9}})\s+(0x{_GUID})\s+\(\s*'(.*)'\s*\)"
+    r"|\s+'(.*)')\s*$",
+    re.A,
 )
+_BETWEEN = re.compile(r"'\s+-\s+'")  # between a port report's local and remote description
 _DIAGNOSTIC = re.compile(r"^(DR path |ibwarn|ibnetdiscover:|ibnetdiscover |src/\S+:\d+;|warning:)", re.I)
 _IGNORED = re.compile(r"^(#.*|vendid=\S+|devid=\S+|Non-Chassis Nodes|Chassis \S+.*)?$")
+
+
+def _speed(comment: str) -> str:
+    """The rate at the end of a port line's comment ("... lid 5 4xNDR" -> "4xNDR"), else ""."""
+    text = comment.rstrip()
+    tail = _SPEED_TAIL.search(text)
+    if tail is None:
+        return ""
+    head = text[: tail.start()]
+    digits = len(head) - len(head.rstrip("0123456789"))
+    return text[tail.start() - digits :] if digits else ""
+
+
+def _descriptions(both: str) -> tuple[str, str] | None:
+    """A port report's "local' - 'remote" (between the outer quotes) split at its last separator,
+    as the greedy pattern it replaces split it; None without one."""
+    last, start = None, 0
+    while (found := _BETWEEN.search(both, start)) is not None:  # overlapping: "a' - ' - 'b" splits at the second
+        last, start = found, found.start() + 1
+    return (both[: last.start()], both[last.end() :]) if last is not None else None
 
 
 @dataclass
@@ -115,6 +145,8 @@ class _Parser:
         self.block: _Block | None = None
 
     def feed(self, line_no: int, raw: str) -> None:
+        if len(raw) > MAX_LINE:
+            raise IbnetdiscoverError(line_no, raw, f"a line of {len(raw)} characters (at most {MAX_LINE})")
         line = raw.strip()
         if _IGNORED.match(line):
             if not line:
@@ -151,7 +183,7 @@ class _Parser:
         remote = normalise_guid(rguid)
         desc = re.search(r'"([^"]*)"', comment or "")
         self.fabric.add_node(IbNode(_KIND[rtype], remote, desc.group(1) if desc else ""))
-        speed = _SPEED.search(comment or "")
+        speed = _speed(comment or "")
         self.fabric.add_link(
             IbLink(
                 a=self.block.guid,
@@ -160,7 +192,7 @@ class _Parser:
                 b_port=int(rport),
                 a_port_guid=normalise_guid(port_guid) if port_guid else None,
                 b_port_guid=normalise_guid(rport_guid) if rport_guid else None,
-                speed=speed.group(1) if speed else "",
+                speed=speed,
             )
         )
         return True
@@ -169,8 +201,12 @@ class _Parser:
         match = _PORT_REPORT.match(line)
         if not match:
             return False
-        kind, _lid, port, guid, width, speed, rkind, _rlid, rport, rguid, desc, rdesc, lone = match.groups()
-        local = IbNode(_KIND[kind], normalise_guid(guid), desc if rkind else lone)
+        kind, _lid, port, guid, width, speed, rkind, _rlid, rport, rguid, both, lone = match.groups()
+        pair = _descriptions(both) if rkind else None
+        if rkind and pair is None:
+            return False
+        desc, rdesc = pair if pair is not None else (lone, "")
+        local = IbNode(_KIND[kind], normalise_guid(guid), desc)
         self.fabric.add_node(local)
         if rkind is None:
             return True  # an unconnected port: the node exists, no cable
@@ -214,7 +250,7 @@ def switch_names(fabric: Fabric) -> dict[str, str]:
         desc = node.description.strip()
         managed = _MELLANOX_DESC.match(desc)
         if managed:
-            wanted[node.guid] = managed.group(1)
+            wanted[node.guid] = clean_name(managed.group(1)) or f"ib-{node.guid}"
         elif _PLAIN.match(desc):
             wanted[node.guid] = desc
         else:

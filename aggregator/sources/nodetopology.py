@@ -25,7 +25,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent.report import LldpNeighbour, NodeReport, report_from_spec
+from agent.input_limits import clean_name, scalar_text, visible
+from agent.report import LldpNeighbour, NodeReport, WireError, report_from_spec
 from aggregator.graph import FabricGraph, NodeFacts
 from aggregator.sources import Cluster, Source, regex_option
 
@@ -33,9 +34,13 @@ ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 def switch_id(system_name: str | None, chassis_id: str) -> str:
-    """The ID a switch goes by: its LLDP system name, else its chassis ID."""
-    name = (system_name or "").strip()
-    return name or chassis_id.strip().lower()
+    """The ID a switch goes by: its LLDP system name (blanks around it dropped), else its chassis ID
+    (lower-cased). A name with a control character or longer than a DNS name is no name (the
+    chassis ID stands in), and a chassis ID with one is written with escapes: every source names a
+    switch by this one rule (`agent.input_limits.clean_name`), so `leaf1` and `leaf1\\n` are one
+    switch, and a look-alike is never another switch's name."""
+    name = clean_name(system_name) if system_name else None
+    return name or visible(chassis_id.strip().lower())
 
 
 def nvlink_domain_id(report: NodeReport) -> str | None:
@@ -90,7 +95,7 @@ def _switches_heard(neighbours: tuple[LldpNeighbour, ...], fabric: frozenset[str
             continue
         if n.capabilities is not None and SWITCH_CAPABILITIES.isdisjoint(n.capabilities):
             continue
-        found.add((n.system_name or "").strip() or n.chassis_id.strip().lower())
+        found.add(switch_id(n.system_name, n.chassis_id))
     return frozenset(found)
 
 
@@ -110,7 +115,7 @@ def _cabled_on_rdma_nics(report: NodeReport) -> frozenset[str]:
                 continue
         if n.capabilities is not None and SWITCH_CAPABILITIES.isdisjoint(n.capabilities):
             continue
-        found.add((n.system_name or "").strip() or n.chassis_id.strip().lower())
+        found.add(switch_id(n.system_name, n.chassis_id))
     return frozenset(found)
 
 
@@ -177,9 +182,16 @@ class NodeReports(Source):
 def report_from_object(obj: Mapping[str, Any]) -> NodeReport:
     """A NodeTopology object (as the API returns it, or from a file) -> its NodeReport.
 
-    The object name is the node name; a spec without nodeName takes it from there."""
-    name = str(obj.get("metadata", {}).get("name", ""))
-    spec = dict(obj.get("spec") or {})
-    spec.setdefault("nodeName", name)
+    The object name is the node name; a spec without nodeName takes it from there. Raises
+    WireError (a ValueError naming the field) for anything of the wrong shape."""
+    metadata = obj.get("metadata", {})
+    if not isinstance(metadata, Mapping):
+        raise WireError(f"metadata: expected an object, got {type(metadata).__name__}")
+    name = scalar_text(metadata.get("name"))
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise WireError(f"spec: expected an object, got {type(spec).__name__}")
+    spec = dict(spec)
+    spec.setdefault("nodeName", name or "")
     spec.setdefault("health", {})
     return report_from_spec(spec)

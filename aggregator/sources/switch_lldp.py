@@ -19,9 +19,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.input_limits import InputLimitError, load_json, scalar_text
 from aggregator.graph import FabricGraph
 from aggregator.sources import Cluster, Source
 from aggregator.sources.nodetopology import switch_id
+
+MAX_TABLE = 16 << 20  # bytes of one switch's table: a 128-port switch's lldpcli JSON is ~1 MB
 
 
 class SwitchLldpError(ValueError):
@@ -50,10 +53,11 @@ def _items(value: Any) -> list[Any]:
 
 
 def _text(value: Any) -> str:
+    """The first value's text (a list or an object where text belongs: none)."""
     for item in _items(value):
         if isinstance(item, Mapping):
-            return str(item.get("value", ""))
-        return str(item)
+            return scalar_text(item.get("value", "")) or ""
+        return scalar_text(item) or ""
     return ""
 
 
@@ -62,7 +66,9 @@ def _interfaces(lldp: Any) -> list[tuple[str, Mapping[str, Any]]]:
     for section in _items(lldp):
         for iface in _items(section.get("interface") if isinstance(section, Mapping) else None):
             if isinstance(iface, Mapping) and "name" in iface:
-                found.append((str(iface["name"]), iface))
+                name = scalar_text(iface["name"])
+                if name is not None:
+                    found.append((name, iface))
             elif isinstance(iface, Mapping):  # json flavour: {"swp1": {...}}
                 found.extend((str(k), v) for k, v in iface.items() if isinstance(v, Mapping))
     return found
@@ -85,10 +91,13 @@ def _chassis(section: Any) -> tuple[str, str, bool | None]:
 
 
 def parse_table(text: str, *, default_name: str) -> SwitchTable:
+    """One switch's table; SwitchLldpError for anything that is not lldpcli JSON within bounds."""
     try:
-        doc = json.loads(text)
+        doc = load_json(text, "lldpcli JSON", max_bytes=MAX_TABLE)
     except json.JSONDecodeError as exc:
         raise SwitchLldpError(f"not JSON (line {exc.lineno}): {exc.msg}") from exc
+    except (InputLimitError, ValueError) as exc:
+        raise SwitchLldpError(str(exc)) from None
     if not isinstance(doc, Mapping) or not ({"lldp", "local-chassis"} & set(doc)):
         raise SwitchLldpError("expected lldpcli JSON with an 'lldp' or 'local-chassis' section")
     local_name, local_id, _ = _chassis(
@@ -115,7 +124,7 @@ def load_files(paths: Iterable[str]) -> list[SwitchTable]:
         try:
             with open(path, encoding="utf-8") as handle:
                 tables.append(parse_table(handle.read(), default_name=stem))
-        except (OSError, SwitchLldpError) as exc:
+        except (OSError, UnicodeDecodeError, SwitchLldpError) as exc:
             raise SwitchLldpError(f"{path}: {exc}") from exc
     return tables
 

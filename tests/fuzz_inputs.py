@@ -1,0 +1,190 @@
+"""Seeded mutation fuzzing of the parsers of outside input (tests/test_parsers_fuzz.py).
+
+Each input is a real one (a shipped fixture, a capture in ../shared/data, what the stand-ins
+serve) mutated once: a byte flipped, the text cut short, a value nested thousands deep, a value
+swapped for one of another type (a list, an object, a bool, null), a huge number, Unicode digits,
+an odd name (`leaf1\\n`, a bidirectional override), a line made 80 KB long, or YAML aliases. The
+parser may accept it or refuse it with its own declared error; anything else it raises is a
+finding. Each input's CPU time and memory (tracemalloc's peak) are measured: the bounds asserted
+are safety nets far above what any input takes (not benchmarks), so a run under load cannot flake.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+TIME_BOUND = 1.0  # CPU seconds one input may take (the slowest take milliseconds); CPU time, so a loaded machine does not count
+MEMORY_BOUND = 64 << 20  # bytes one input may allocate at its peak (tracemalloc)
+
+# JSON values of other types and shapes than the ones they replace
+ODD_JSON = [
+    "[]", "{}", '[["x"]]', '{"a": {"b": [1]}}', "true", "false", "null", "1e400", "-1", "1.5", "0",
+    "1" * 5000, '"' + "9" * 5000 + '"', '"\u0661\u0662\u0663"', '"\u00b2"', '"_"', '"leaf1\\n"', '"\\u202eleaf1"',
+    '"\\u0000"', '"' + "x" * 100_000 + '"', "[" * 3000 + "]" * 3000, "[" * 60 + "1" + "]" * 60,
+    '{"value": {"value": {"value": []}}}', '"0123456789abcdef_\u00b2"', '"0x"', '""', '" "',
+]  # fmt: skip
+ODD_TEXT = ["\u0661\u0662", "\u00b2", "9" * 5000, "leaf1\n", "\u202e", "\x00", "x" * 100_000, "_", "-", "[", "]",
+            "'", '"', "#", "(", ")", "=", "0x", "1-100000000", "\u200b"]  # fmt: skip
+FLIPS = "0123456789abcdefxX_-[](){}'\":=,.#&*! \t\n\x00\u0661\u00b2\u202e\ufeff"
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null')
+_WORD = re.compile(r"[^\s\[\]()\"',=:;]+")
+
+
+def flip(text: str, rng: random.Random) -> str:
+    """One to four characters replaced by characters that matter to parsers."""
+    chars = list(text)
+    for _ in range(rng.randint(1, 4)):
+        if chars:
+            chars[rng.randrange(len(chars))] = rng.choice(FLIPS)
+    return "".join(chars)
+
+
+def truncate(text: str, rng: random.Random) -> str:
+    return text[: rng.randrange(len(text) + 1)]
+
+
+def nest(text: str, rng: random.Random) -> str:
+    """Brackets opened (and closed) thousands deep at a random place."""
+    at, depth = rng.randrange(len(text) + 1), rng.choice([40, 1000, 5000, 50_000])
+    opener, closer = rng.choice([("[", "]"), ('{"a":', "}"), ("[", "")])
+    return text[:at] + opener * depth + closer * depth + text[at:]
+
+
+def swap_json(text: str, rng: random.Random) -> str:
+    """A JSON token (string, number, literal) replaced by a value of another type or shape."""
+    tokens = list(_JSON_TOKEN.finditer(text))
+    if not tokens:
+        return flip(text, rng)
+    token = rng.choice(tokens)
+    return text[: token.start()] + rng.choice(ODD_JSON) + text[token.end() :]
+
+
+def swap_word(text: str, rng: random.Random) -> str:
+    """A word of a line format replaced by an odd one (Unicode digits, a huge number, a bracket)."""
+    words = list(_WORD.finditer(text))
+    if not words:
+        return flip(text, rng)
+    word = rng.choice(words)
+    return text[: word.start()] + rng.choice(ODD_TEXT) + text[word.end() :]
+
+
+def digits(text: str, rng: random.Random) -> str:
+    """ASCII digits made Unicode digits (Arabic-Indic, superscripts, fullwidth), or huge."""
+    table = rng.choice([str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"),
+                        str.maketrans("123", "\u00b9\u00b2\u00b3"), str.maketrans("0123456789", "\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19")])  # fmt: skip
+    runs = list(re.finditer(r"\d+", text))
+    if not runs:
+        return text
+    run = rng.choice(runs)
+    replacement = run.group().translate(table) if rng.random() < 0.7 else "9" * rng.choice([30, 5000])
+    return text[: run.start()] + replacement + text[run.end() :]
+
+
+def long_line(text: str, rng: random.Random) -> str:
+    """One line made 80 KB long by repeating a piece of it (the shape that made regexes quadratic)."""
+    lines = text.splitlines(keepends=True) or [text]
+    index = rng.randrange(len(lines))
+    line = lines[index].rstrip("\n")
+    piece = line[rng.randrange(max(1, len(line))) :][:12] or "a' - '"
+    lines[index] = line + piece * (80_000 // len(piece)) + "\n"
+    return "".join(lines)
+
+
+def duplicate(text: str, rng: random.Random) -> str:
+    """A slice of the text repeated (a duplicated line, block or item)."""
+    a = rng.randrange(len(text) + 1)
+    b = min(len(text), a + rng.randrange(1, 400))
+    return text[:b] + text[a:b] * rng.randint(1, 50) + text[b:]
+
+
+def yaml_alias(text: str, rng: random.Random) -> str:
+    """Billion laughs in front of the document, or an anchor and alias inside it."""
+    if rng.random() < 0.5:
+        laughs = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        laughs += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+        return "\n".join(laughs) + "\n" + text
+    lines = text.splitlines()
+    i, j = rng.randrange(len(lines) or 1), rng.randrange(len(lines) or 1)
+    if lines and ": " in lines[i] and ": " in lines[j]:
+        lines[i] = lines[i].replace(": ", ": &anchor ", 1)
+        lines[j] = lines[j].split(": ", 1)[0] + ": *anchor"
+    return "\n".join(lines)
+
+
+JSON_MUTATIONS: dict[str, Callable[[str, random.Random], str]] = {
+    "flip": flip, "truncate": truncate, "nest": nest, "swap": swap_json, "digits": digits, "duplicate": duplicate,
+}  # fmt: skip
+LINE_MUTATIONS: dict[str, Callable[[str, random.Random], str]] = {
+    "flip": flip, "truncate": truncate, "swap": swap_word, "digits": digits, "long-line": long_line,
+    "duplicate": duplicate,
+}  # fmt: skip
+YAML_MUTATIONS: dict[str, Callable[[str, random.Random], str]] = {**JSON_MUTATIONS, "alias": yaml_alias}
+
+
+@dataclass
+class FuzzRun:
+    name: str
+    inputs: int = 0
+    accepted: int = 0
+    refused: int = 0
+    uncaught: list[str] = field(default_factory=list)
+    slowest: float = 0.0
+    slowest_what: str = ""
+    peak: int = 0
+    peak_what: str = ""
+    by_mutation: Counter[str] = field(default_factory=Counter)
+
+    def line(self) -> str:
+        return (f"FUZZ {self.name}: {self.inputs} inputs, {self.accepted} read, {self.refused} refused with the "
+                f"parser's own error, {len(self.uncaught)} uncaught; slowest {self.slowest * 1e3:.1f} ms "
+                f"({self.slowest_what}), peak {self.peak / 2**20:.1f} MiB ({self.peak_what})")  # fmt: skip
+
+
+def fuzz(
+    name: str,
+    parse: Callable[[str], object],
+    seeds: Sequence[str],
+    mutations: dict[str, Callable[[str, random.Random], str]],
+    allowed: tuple[type[BaseException], ...],
+    *,
+    count: int = 10_000,
+    seed: int = 22,
+    memory_every: int = 4,
+) -> FuzzRun:
+    """`count` mutated seeds through `parse`. Every `memory_every`-th input runs under tracemalloc
+    (which slows allocation several-fold); every input is timed."""
+    rng = random.Random(seed)
+    run = FuzzRun(name)
+    names = sorted(mutations)
+    for index in range(count):
+        kind = names[index % len(names)]
+        text = mutations[kind](rng.choice(seeds), rng)
+        what = f"#{index} {kind}"
+        traced = index % memory_every == 0
+        if traced:
+            tracemalloc.start()
+        started = time.process_time()
+        try:
+            parse(text)
+            run.accepted += 1
+        except allowed:
+            run.refused += 1
+        except Exception as exc:  # the finding: recorded, asserted empty by the test
+            run.uncaught.append(f"{what}: {type(exc).__name__}: {str(exc)[:200]} (input starts {text[:120]!r})")
+        elapsed = time.process_time() - started
+        if traced:
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            if peak > run.peak:
+                run.peak, run.peak_what = peak, what
+        if elapsed > run.slowest:
+            run.slowest, run.slowest_what = elapsed, what
+        run.inputs += 1
+        run.by_mutation[kind] += 1
+    return run

@@ -193,8 +193,10 @@ def _parse_blocks(raw_blocks: Any, names: set[str]) -> list[Block]:
             raise ModelError(f"block {i}: needs 'switch' and 'nodes'")
         nodes: list[str] = []
         for pat in _as_str_list(raw.get("nodes", []), f"block {i} nodes"):
-            found = expand_hostlist(pat, MAX_NODES - named)  # names from a checked pattern and digits
+            found = expand_hostlist(pat)  # names from a checked pattern and digits
             named += len(found)
+            if named > MAX_NODES:
+                raise ModelError(f"block {i} nodes: the model names more than {MAX_NODES} nodes")
             nodes.extend(found)
         annotations = raw.get("annotations") or {}
         if not isinstance(annotations, Mapping):

@@ -44,6 +44,7 @@ class IbnetdiscoverError(ValueError):
         super().__init__(f"line {line_no}: {reason}: {text.strip()[:200]!r}")
         self.line_no = line_no
         self.text = text
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ def parse_file(path: str) -> Fabric:
         with open(path, encoding="utf-8", errors="replace") as handle:
             return parse(handle)
     except IbnetdiscoverError as exc:
-        raise IbnetdiscoverError(exc.line_no, exc.text, f"{path}: not an ibnetdiscover line") from exc
+        raise IbnetdiscoverError(exc.line_no, exc.text, f"{path}: {exc.reason}") from exc
 
 
 # --- naming --------------------------------------------------------------------------------------

@@ -1,0 +1,156 @@
+"""The bounds of the parsers of outside input, one by one (issue 22.4; the fuzz test drives them
+all at random): each limit is one line naming the file and the field, told before the work it
+bounds is done; names are normalised by one rule so that two inputs never share a HyperNode name;
+UFM's system names match Nodes as dump hosts do (issue 21.5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import pytest
+from ufm_standin import listings
+
+from agent.cluster_model import ModelError, expand_hostlist, load_model, parse_model
+from agent.command_line import InputError
+from agent.lldp.lldpcli import LldpcliError, parse_json
+from agent.model_probe import report_for
+from agent.report import NodeReport, node_topology_object, report_from_spec, report_spec
+from aggregator.graph import FabricGraph
+from aggregator.object_files import read_objects
+from aggregator.render import domain_name
+from aggregator.sources import ibnetdiscover, ufm, ufm_graph
+from aggregator.sources.nodetopology import switch_id
+
+MODELS = Path(__file__).resolve().parent / "models"
+SMALL = load_model(str(MODELS / "small-tree.yaml"))
+
+
+def test_a_report_of_yaml_aliases_is_refused_in_one_line_before_it_expands(tmp_path: Path) -> None:
+    laughs = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    laughs += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    report = "\n".join(["apiVersion: topology.hypertopo.io/v1alpha1", "kind: NodeTopology",
+                        "metadata: {name: node01}", "spec:", *(f"  {line}" for line in laughs)])  # fmt: skip
+    path = tmp_path / "node01.yaml"
+    path.write_text(report)
+    assert path.stat().st_size < 5000  # 10^9 strings once expanded
+    started = time.process_time()
+    with pytest.raises(InputError) as caught:
+        read_objects(path, "NodeTopology")
+    message = str(caught.value)
+    assert message.startswith(f"{path}: cannot read: line ") and "YAML aliases are not accepted" in message
+    assert "\n" not in message
+    print(f"\naliased 4.6 KB report refused in {time.process_time() - started:.3f} s CPU")
+
+
+def test_a_hostlist_of_a_hundred_million_nodes_is_refused_before_any_name_is_made() -> None:
+    started = time.process_time()
+    with pytest.raises(ModelError, match=r"hostlist 'n\[1-100000000\]' names more than 1000000 nodes"):
+        parse_model({"blocks": [{"switch": "leaf1", "nodes": ["n[1-100000000]"]}]})
+    print(f"\nn[1-100000000] refused in {time.process_time() - started:.4f} s CPU")
+    with pytest.raises(ModelError, match="block 1 nodes: the model names more than 1000000 nodes"):  # all blocks
+        parse_model({"blocks": [{"switch": f"leaf{i}", "nodes": ["n[1-600000]"]} for i in (1, 2)]})
+    assert expand_hostlist("n[01-03,7]") == ["n01", "n02", "n03", "n7"]
+
+
+@pytest.mark.parametrize("pattern", ["n[\u0661-\u0663]", "n[\u00b2]", "n[1-\uff19]", "n[3-1]", "n[1234567890]"])
+def test_hostlist_ranges_take_ascii_digits_only(pattern: str) -> None:
+    with pytest.raises(ModelError, match="bad range"):
+        expand_hostlist(pattern)
+
+
+@pytest.mark.parametrize("name", ["leaf1\n", "lea\x00f1", "\u202eleaf1", "x" * 300])
+def test_a_model_switch_name_that_is_no_usable_name_is_refused(name: str) -> None:
+    with pytest.raises(ModelError, match="is not a usable name"):
+        parse_model({"switches": {"spine1": {"switches": [name]}}})
+
+
+def test_an_80kb_ibnetdiscover_line_is_refused_naming_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "dump.txt"
+    path.write_text('Switch 36 "S-0002c9030005e4f1"\n[1] "H-0002c9030005e4f2"[1] # "' + "a' - '" * 14000 + '"\n')
+    started = time.process_time()
+    with pytest.raises(ibnetdiscover.IbnetdiscoverError) as caught:
+        ibnetdiscover.parse_file(str(path))
+    assert str(caught.value).startswith(f"line 2: {path}: a line of 84") and "(at most 4096)" in str(caught.value)
+    print(f"\n80 KB ibnetdiscover line refused in {time.process_time() - started:.4f} s CPU")
+
+
+def test_port_report_descriptions_split_at_the_last_separator_as_before() -> None:
+    head = "SW 1 5 0x0002c9030005e4f1 4x QDR - CA 2 1 0x0002c9030005e4f2 ( "
+    fabric = ibnetdiscover.parse(head + "'leaf 1' - 'node01 mlx5_0' )\n" + head.replace("e4f2", "e4f3") + "'a' - ' - 'b' )")
+    descriptions = {guid[-4:]: node.description for guid, node in fabric.nodes.items()}
+    assert descriptions == {"e4f1": "leaf 1", "e4f2": "node01 mlx5_0", "e4f3": "b"}
+
+
+def test_a_name_with_a_control_character_is_one_rule_for_every_source() -> None:
+    assert switch_id("leaf1\n", "0c:42:a1:00:00:01") == switch_id(" leaf1", "x") == "leaf1"  # blanks around: noise
+    assert switch_id("lea\x00f1", "0C:42:A1:00:00:01") == "0c:42:a1:00:00:01"  # no usable name: the chassis ID
+    assert switch_id(None, "ab\x00cd") == "ab\\x00cd"  # an ID that must stay is printed as what it is
+    # two identities never share a HyperNode name ("$" matched before a trailing newline)
+    assert domain_name("leaf", ("leaf1\n",)) != domain_name("leaf", ("leaf1",))
+    assert domain_name("leaf", ("leaf1",)) == "leaf-leaf1"
+
+
+def test_a_ufm_switch_name_with_a_control_character_is_named_by_its_guid() -> None:
+    data = listings(SMALL)
+    for item in data["systems"] + data["ports"]:
+        if item.get("system_name") == "leaf1":
+            item["system_name"] = "lea\x00f1"
+    names = set(ufm_graph.switch_names(ufm.from_listings(data)).values())
+    assert "leaf1" not in names and "lea\x00f1" not in names
+    assert any(name.startswith("ib-") for name in names) and "leaf2" in names
+
+
+def test_ufm_system_names_match_nodes_as_dump_hosts_do() -> None:
+    """Upper-case system names join lower-case Nodes, and without Nodes (render) they name hosts
+    lower-cased, as the hosts of a dump are."""
+    data = listings(SMALL)
+    for item in data["ports"] + data["systems"]:
+        if str(item.get("system_name", "")).startswith("node"):
+            item["system_name"] = item["system_name"].upper()
+    fabric = ufm.from_listings(data)
+    with_nodes = FabricGraph()
+    for node in SMALL.nodes():
+        with_nodes.add_node(node)
+    assert ufm_graph.apply(with_nodes, fabric) == []  # every node matched, no UFM host left over
+    assert set(with_nodes.attached_by_host) == set(SMALL.nodes())
+    bare = FabricGraph()
+    ufm_graph.apply(bare, fabric)
+    assert set(bare.attached_by_host) == set(SMALL.nodes())  # "NODE01" -> "node01", as a dump says
+
+
+def test_lldpcli_json_deeper_than_its_bound_is_one_line() -> None:
+    text = '{"lldp": ' + "[" * 5000 + "]" * 5000 + "}"
+    with pytest.raises(LldpcliError, match=r"^lldpcli JSON: nested deeper than 32 levels$"):
+        parse_json(text)
+    with pytest.raises(LldpcliError, match=r"nested deeper than 32 levels"):
+        parse_json('{"lldp": ' + "[" * 40 + "]" * 40 + "}")
+
+
+def test_an_odd_lldpcli_json_field_is_left_out_rather_than_published_as_the_reader_refuses_it() -> None:
+    """`json` flavour with a description list, a numeric subtype and a nested address: the agent
+    keeps what is text, and its report reads back as published."""
+    doc = {"lldp": {"interface": {"eth0": {"chassis": {"leaf1": {"id": {"type": 4, "value": "0c:42:a1:00:00:01"},
+           "descr": ["a", "b"], "mgmt-ip": ["10.0.0.1", ["10.0.0.2"]]}},
+           "port": {"id": {"type": "ifname", "value": "swp1"}, "descr": {"x": 1}, "ttl": "\u0661\u0662"}}}}}  # fmt: skip
+    (neighbour,) = parse_json(json.dumps(doc))
+    assert (neighbour.chassis_id_subtype, neighbour.system_description, neighbour.port_description) == ("4", None, None)
+    assert neighbour.management_addresses == ("10.0.0.1",) and neighbour.ttl == 0
+    report = dataclasses.replace(NodeReport(node_name="n1", health={}), lldp=(neighbour,))
+    assert report_from_spec(json.loads(json.dumps(report_spec(report)))) == report
+
+
+def test_a_report_whose_metadata_is_no_object_is_refused_by_name() -> None:
+    obj = node_topology_object(report_for(SMALL, "node01"))
+    from aggregator.sources.nodetopology import report_from_object
+
+    with pytest.raises(ValueError, match=r"^metadata: expected an object, got bool$"):
+        report_from_object({**obj, "metadata": True})
+    nested: object = "x"
+    for _ in range(900):
+        nested = [nested]
+    spec = {**obj["spec"], "nodeName": nested}
+    with pytest.raises(ValueError, match=r"^spec.nodeName: expected a string, got list <list of 1>$"):
+        report_from_object({**obj, "spec": spec})

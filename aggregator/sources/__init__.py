@@ -33,9 +33,10 @@ Writing a source, step by step:
    * `workers(registry=..., wake=...)` returns the loops the controller runs on threads of their
      own beside reconcile, each `(name, loop(stop_event))`, returning once the event is set. A
      poller fetches on its own period there, keeps the last good snapshot (never replacing it
-     with a failed or malformed answer), registers its metrics in `registry` (the controller's
-     prometheus CollectorRegistry), and calls `wake()` when its facts changed so the controller
-     reconciles at once instead of on its next tick.
+     with a failed or malformed answer; an exception of any kind while reading an answer is one
+     failed poll, counted and stale, never the end of the loop), registers its metrics in
+     `registry` (the controller's prometheus CollectorRegistry), and calls `wake()` when its facts
+     changed so the controller reconciles at once instead of on its next tick.
    * `refresh(now)` is called by the controller before every reconcile (on every change and at
      least every `--period` seconds): take the poller's latest good snapshot and return True when
      it differs from the one `apply` last used (the controller then rebuilds the graph), False

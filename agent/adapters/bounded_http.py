@@ -112,9 +112,10 @@ class BoundedServer:
         """Stops accepting, closes every open connection and joins the threads."""
         self._stopping = True
         self._wake_w.send(b"x")
+        self._threads[0].join(timeout=5)  # the reader first: nothing is queued after the workers' stop
         for _ in range(self.limits.workers):
             self._ready.put(None)
-        for thread in self._threads:
+        for thread in self._threads[1:]:
             thread.join(timeout=5)
         self._wake_r.close()
         self._wake_w.close()

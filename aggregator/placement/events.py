@@ -1,20 +1,28 @@
-"""Events the scheduler writes, shaped as kube-scheduler's: `FailedScheduling` (Warning) on each
-pod that cannot be placed, with the reason; `Scheduled` (Normal) on a PodGroup once its gang is
-bound; `Evicted`/`Preempted`-style notes for fault evictions.
+"""Events the scheduler writes, shaped as kube-scheduler's and Volcano's: `FailedScheduling`
+(Warning) on each pod that cannot be placed, with the reason; `Scheduled` (Normal) on each pod once
+bound ("Successfully assigned NS/POD to NODE", kube-scheduler's and vc-scheduler's words) and on its
+PodGroup once the gang is bound ("pod group is ready", Volcano's `PodGroupReady`);
+`FabricFaultEviction`-style notes for fault evictions.
 
 Why de-duplicated: a pending gang is retried whenever the cluster changes; the same message on
-the same pod is written once per `repeat_seconds`, so a stuck gang does not flood etcd.
+the same pod is written once per `repeat_seconds`, so a stuck gang does not flood etcd. What an
+entry remembers is dropped once it is older than that (it suppresses nothing more), so a scheduler
+that binds pods for months does not keep one entry per pod it ever placed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+
+SCHEDULED = "Scheduled"
+PODGROUP_READY = "pod group is ready"  # Volcano's PodGroupReady, the message of its Scheduled event
 
 
 class EventApi(Protocol):
@@ -53,6 +61,8 @@ class EventRecorder:
                  clock: Callable[[], float], workers: int = 2) -> None:
         self.api, self.component, self.repeat, self.clock = api, component, repeat_seconds, clock
         self._last: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()  # the scheduler loop and the command pool both record
+        self._next_prune = clock() + repeat_seconds
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="events")
 
     def record(self, obj: Mapping[str, Any], *, reason: str, message: str, event_type: str = "Warning",
@@ -60,17 +70,34 @@ class EventRecorder:
         """Queues the event unless the same (object, reason, message) went out recently."""
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         key, now = (uid, reason, message), self.clock()
-        if now - self._last.get(key, float("-inf")) < self.repeat:
-            return False
-        self._last[key] = now
+        with self._lock:
+            if now - self._last.get(key, float("-inf")) < self.repeat:
+                return False
+            self._last[key] = now
+            if now >= self._next_prune:  # once per repeat interval: one pass over what is remembered
+                self._next_prune = now + self.repeat
+                self._last = {k: t for k, t in self._last.items() if now - t < self.repeat}
         body = event_body(obj, kind=kind, api_version=api_version, reason=reason, message=message,
                           event_type=event_type, component=self.component, now=rfc3339())
         self._pool.submit(self._post, body)
         return True
 
-    def forget(self, uid: str) -> None:
-        for key in [k for k in self._last if k[0] == uid]:
-            del self._last[key]
+    def remembered(self) -> int:
+        """How many (object, reason, message) entries suppress a repeat now (bounded by pruning)."""
+        with self._lock:
+            return len(self._last)
+
+    def scheduled(self, bound: Iterable[tuple[Mapping[str, Any], str]],
+                  podgroups: Iterable[tuple[Mapping[str, Any], str]]) -> None:
+        """`Scheduled` (Normal) on each bound (pod, node) and on each (PodGroup, its apiVersion) of
+        the gang, with kube-scheduler's and Volcano's messages."""
+        for pod, node in bound:
+            meta = pod.get("metadata") or {}
+            self.record(pod, reason=SCHEDULED, event_type="Normal",
+                        message=f"Successfully assigned {meta.get('namespace', '')}/{meta.get('name', '')} to {node}")
+        for group, api_version in podgroups:
+            self.record(group, reason=SCHEDULED, event_type="Normal", kind="PodGroup", api_version=api_version,
+                        message=PODGROUP_READY)
 
     def _post(self, body: dict[str, Any]) -> None:
         try:

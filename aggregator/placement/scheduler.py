@@ -417,6 +417,7 @@ class Scheduler:
         self.metrics.bind_seconds.observe(outcome.seconds)
         self.metrics.binds.labels("bound").inc(len(outcome.bound))
         if outcome.ok:
+            self._scheduled_events(outcome)
             return
         self.metrics.binds.labels("failed").inc(len(outcome.failed))
         self.metrics.binds.labels("rolled_back").inc(len(outcome.rolled_back))
@@ -437,6 +438,17 @@ class Scheduler:
         if vc_group is not None:
             self.events.record(vc_group, reason="FailedScheduling", message=message, kind="PodGroup",
                                api_version=volcano.API_VERSION)
+
+    def _scheduled_events(self, outcome: BindOutcome) -> None:
+        """`Scheduled` on each pod of a gang bound whole and on its PodGroup (events.py)."""
+        bound = []
+        for item in outcome.items:
+            namespace, name = item.pod
+            pod = self.state.pods.get(item.pod) or {"metadata": {"namespace": namespace, "name": name, "uid": item.uid}}
+            bound.append((pod, item.node))
+        groups = [(self.state.podgroups.get(outcome.gang), PODGROUP_API),
+                  (self.state.vc_podgroups.get(outcome.gang), volcano.API_VERSION)]
+        self.events.scheduled(bound, [(group, api) for group, api in groups if group is not None])
 
 # -- command line -----------------------------------------------------------------------------
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

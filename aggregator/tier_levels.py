@@ -122,7 +122,11 @@ def switch_levels(graph: FabricGraph, leaves: set[str]) -> tuple[dict[str, int],
     hanging switch without hosts is a leaf with no parent (it is in no domain)."""
     adjacent = _adjacency(graph.switch_links)
     hanging = _hanging(adjacent, leaves)
-    core = {s: n - hanging for s, n in adjacent.items() if s not in hanging}
+    core = {
+        s: (n - hanging if hanging and not n.isdisjoint(hanging) else n)
+        for s, n in adjacent.items()
+        if s not in hanging
+    }
     declared_down: dict[str, set[str]] = defaultdict(set)
     for child, parent in graph.uplinks:
         if child not in hanging and parent not in hanging:
@@ -133,8 +137,33 @@ def switch_levels(graph: FabricGraph, leaves: set[str]) -> tuple[dict[str, int],
         if a in levels and b in levels and levels[a] != levels[b]:
             low, high = (a, b) if levels[a] < levels[b] else (b, a)
             up[low].add(high)
+    _behind_leaves(core, leaves, levels, up)
     levels.update((s, 0) for s in hanging if any(t in levels for t in adjacent[s]) or s in leaves)
     return levels, up
+
+
+def _behind_leaves(
+    adjacent: Mapping[str, set[str]],
+    leaves: Iterable[str],
+    levels: Mapping[str, int],
+    up: dict[str, set[str]],
+) -> None:
+    """A leaf cabled to other leaves only (daisy-chained behind a leaf, as small fabrics are) goes
+    up through them: its parents are theirs, nearest first, so its hosts join the spines the
+    leaf in front reaches instead of making a root of their own."""
+    frontier = [s for s in leaves if up.get(s)]
+    seen = set(frontier)
+    while frontier:
+        nxt: dict[str, None] = {}  # this round's, in order
+        for s in frontier:
+            for t in adjacent.get(s, ()):
+                if t in nxt:
+                    up[t] |= up[s]
+                elif t not in seen and levels.get(t) == 0 and not up.get(t):
+                    seen.add(t)
+                    up[t] = set(up[s])
+                    nxt[t] = None
+        frontier = list(nxt)
 
 
 def promoted_switches(graph: FabricGraph, hosts_on: Mapping[str, int]) -> set[str]:

@@ -14,15 +14,12 @@ Candidate domains come from the graph:
   leaves; leaf domains whose uplinks reach a common switch of a level share that level's domain;
 * label levels (sources.labels): above the highest switch level, finest label first.
 
-Switch levels are longest-path heights from the host-carrying switches over links pointing away
-from the hosts. Declared links (a model) carry their direction. A discovered link (a dump, switch
-LLDP) points from the end farther from the fabric's centre to the nearer one, a host-carrying
-switch always being the lower end; "far from the centre" is the hop count to the farthest
-host-carrying switch, so a leaf cabled straight to a core does not pull the core down to the
-spines, and a leaf without hosts hangs below its spine instead of ranking above it. Links between
-peers (equally central, serving some of the same switches below: MLAG pairs, parallel cores) are
-lateral and ignored; equally central switches serving different ones (a core beside a spine, each
-with leaves of its own) are told apart by their share of host-carrying neighbours.
+Switch levels are peeled from the leaves upward by what most of a switch's neighbours are
+(aggregator.tier_levels): the leaves are every switch any host the fabric sources know is cabled
+to, Nodes or not, so which hosts are Nodes never moves a level; a switch next to the leaves is a
+spine unless a spine it is cabled to has more leaves below it (a core with a rack of its own);
+a hostless switch hanging from one other switch is a leaf that ranks nothing. Declared links (a
+model) keep their direction; links between peers (MLAG pairs, parallel spines) are lateral.
 
 Domains nest by containment of node sets, not by a fixed order of kinds: an NVLink domain sits
 below the leaves when it fits inside them and above them when it spans several (a multi-rack

@@ -265,6 +265,21 @@ def with_node_subset(f: Fabric, rng: random.Random) -> Perturbation:
     return Perturbation("random subset of hosts as Nodes", f"{len(chosen)} of {len(hosts)}", f, nodes=chosen)
 
 
+def _and_a_cable(p: Perturbation, rng: random.Random) -> Perturbation:
+    """The issue's case: a dead spine, and one leaf's uplink missing elsewhere."""
+    cables = sorted(p.fabric.switch_cables)
+    if not cables:
+        return p
+    q = without_cables(p.fabric, "", [rng.choice(cables)], [])
+    return dataclasses.replace(
+        q,
+        family="a spine and a cable elsewhere removed",
+        label=f"{p.label} and {q.label}",
+        touched_switches=p.touched_switches | q.touched_switches,
+        touched_hosts=p.touched_hosts,
+    )
+
+
 def perturbations(f: Fabric, seed: int, samples: int = 12) -> Iterator[Perturbation]:
     """Every perturbation family on `f`, sampled with a fixed seed where exhaustive is too slow."""
     rng = random.Random(f"{f.name}/{seed}")
@@ -285,6 +300,8 @@ def perturbations(f: Fabric, seed: int, samples: int = 12) -> Iterator[Perturbat
             [c for c in picked if len(c) == 2],
             [c for c in picked if len(c) == 3],
         )
+    for s in rng.sample(list(f.spines), min(samples // 2, len(f.spines))):
+        yield _and_a_cable(without_switch(f, s), rng)
     for on in sorted({*rng.sample(list(f.spines), min(3, len(f.spines))), *f.cores[:1]}):
         yield with_stray_leaf(f, on, 0)
         yield with_stray_leaf(f, on, 2)
@@ -399,9 +416,9 @@ class Snapshot:
         return cls(views, frozenset(views.keys() - inside))
 
 
-def connected(f: Fabric, nodes: Iterable[str]) -> bool:
-    """Whether every one of these Nodes is cabled and reaches every other over the fabric's cables
-    (hosts included: two planes are joined by the hosts cabled to both)."""
+def components(f: Fabric) -> dict[str, str]:
+    """Switch or "host:NAME" -> a representative of its connected part of the fabric (hosts
+    included: two planes are joined by the hosts cabled to both)."""
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -412,10 +429,16 @@ def connected(f: Fabric, nodes: Iterable[str]) -> bool:
 
     for a, b in [*f.switch_cables, *((f"host:{h}", leaf) for h, _, leaf in f.host_cables)]:
         parent[find(a)] = find(b)
-    nodes = set(nodes)
-    if nodes - {h for h, _, _ in f.host_cables}:
+    return {x: find(x) for x in list(parent)}
+
+
+def connected(f: Fabric, nodes: Iterable[str]) -> bool:
+    """Whether every one of these Nodes is cabled and reaches every other over the fabric's cables."""
+    part = components(f)
+    hosts = {f"host:{h}" for h in nodes}
+    if hosts - part.keys():
         return False  # a Node in the tree by its NVLink clique only
-    return len({find(f"host:{h}") for h in nodes}) <= 1
+    return len({part[h] for h in hosts}) <= 1
 
 
 def changes(base: Snapshot, p: Perturbation, after: Snapshot) -> list[str]:
@@ -429,10 +452,15 @@ def changes(base: Snapshot, p: Perturbation, after: Snapshot) -> list[str]:
     # one leaf's Nodes is that leaf), and the tiers above it count one lower
     same_tiers = {v.tier_name for v in base.views.values()} == {v.tier_name for v in after.views.values()}
     found: list[str] = []
+    part = components(p.fabric)
     for name, view in sorted(base.views.items()):
         if view.identity & p.touched_switches or view.nodes & p.touched_hosts:
             continue
-        expected = View(view.tier, view.tier_name, view.identity, view.nodes & nodes)
+        # its nodes still there: Nodes, and cabled to the part of the fabric its switches are in
+        # (a leaf whose every uplink is gone takes its hosts out of the spine and core above it)
+        reach = {part[s] for s in view.identity if s in part} or None
+        kept = {n for n in view.nodes & nodes if reach is None or part.get(f"host:{n}") in reach}
+        expected = View(view.tier, view.tier_name, view.identity, frozenset(kept))
         if not expected.nodes:
             continue
         now = after.views.get(name)

@@ -47,6 +47,7 @@ from aggregator.kueue_topology import TopologyKeeper
 from aggregator.metrics import AggregatorMetrics
 from aggregator.node_marks import LABEL_MANAGER, NodeMarker
 from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
+from aggregator.refusals import Refusals
 from aggregator.registry import add_source_arguments, load_sources
 from aggregator.service import Service, add_election_arguments, elector_from
 from aggregator.sources import Source
@@ -221,6 +222,7 @@ class Controller:
         self.warnings: tuple[str, ...] = ()  # the pipeline's warnings, as last logged
         self.narrator = Narrator(options.fabric_sources, options.fabric_pattern)  # why nodes are left out
         self.heap_frozen = False  # freeze_start_up_heap() ran after the first cycle
+        self.refusals = Refusals(metrics.registry)  # reports' claims the cross-checks refused
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -270,6 +272,8 @@ class Controller:
         now = self.clock()
         desired = self.compute(view, now)
         self._log_warnings(desired.warnings)
+        if self.may_write():  # the leader's count (a standby computes the same findings)
+            self.refusals.observe(getattr(desired, "findings", ()))
         self._explain(desired, view)
         deadline = getattr(desired, "next_deadline", None)
         self.next_wake = None if deadline is None else max(0.05, deadline - now + 0.01)

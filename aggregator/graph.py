@@ -87,6 +87,31 @@ class FabricFault:
     text: str
 
 
+class Finding(NamedTuple):
+    """A claim of one node's report that was refused because another source, or another report,
+    contradicts it (aggregator.crosscheck): `node` is the node the claim was about, `reason` a
+    short label (metrics), `text` one line for people. `degrades`: the node itself disagrees with
+    the fabric, so its domains show it (FabricDegraded); a claim that anyone could have forged
+    against the node (a copied GUID, a forged LLDP frame) is reported without marking it."""
+
+    node: str
+    reason: str
+    text: str
+    degrades: bool = False
+
+
+@dataclass
+class CliqueBook:
+    """How the NVLink clique claims were settled (aggregator.crosscheck_cliques), kept so that one
+    node's new report re-settles only the cliques it leaves and joins."""
+
+    claimants: dict[str, set[str]] = field(default_factory=dict)  # clique -> nodes in it by report or model
+    claim: dict[str, str] = field(default_factory=dict)  # node -> the clique it claims
+    before: dict[str, NodeFacts] = field(default_factory=dict)  # node -> its facts before the clique checks
+    spread: set[str] = field(default_factory=set)  # cliques whose members span several leaf groups
+    spread_sets: dict[frozenset[str], str | None] = field(default_factory=dict)  # their members' switches
+
+
 @dataclass
 class FabricGraph:
     nodes: set[str] = field(default_factory=set)
@@ -103,6 +128,8 @@ class FabricGraph:
     label_levels: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)  # what the sources could not place, for people
     fabric_faults: dict[str, list[FabricFault]] = field(default_factory=dict)  # node -> faults (UFM)
+    findings: list[Finding] = field(default_factory=list)  # refused claims (aggregator.crosscheck)
+    cliques: CliqueBook = field(default_factory=CliqueBook)  # aggregator.crosscheck_cliques
 
     # -- building -------------------------------------------------------------------------------
     def add_node(self, node: str) -> None:

@@ -24,9 +24,10 @@ from typing import Any
 
 from agent.cluster_model import ClusterModel
 from agent.report import NodeReport
+from aggregator import crosscheck
 from aggregator import render as hypernodes
 from aggregator.collector import collector_paused
-from aggregator.graph import FabricGraph
+from aggregator.graph import FabricGraph, Finding
 from aggregator.health import (
     HEALTHY,
     Condition,
@@ -123,14 +124,27 @@ class Desired:
     tree: DomainTree | None = None
     next_deadline: float | None = None  # when a held-down condition change falls due
     warnings: tuple[str, ...] = ()  # inputs that could not be placed (dump hosts matching no node, ...)
+    findings: tuple[Finding, ...] = ()  # reports' claims refused by the cross-checks (aggregator.crosscheck)
 
 
-def build_graph(inputs: ClusterInputs) -> FabricGraph:
-    """Every node the cluster knows, then each source's facts in order (aggregator.sources)."""
+# sources that never join on HCA GUIDs: duplicate GUIDs need refusing only before one that does
+_GUIDLESS = (NodeReports, ModelFile, SwitchTables, LabelLevels)
+
+
+def build_graph(inputs: ClusterInputs, refused: Sequence[Finding] = ()) -> FabricGraph:
+    """Every node the cluster knows, then each source's facts in order (aggregator.sources), then
+    the cross-checks of the reports against each other and the fabric (aggregator.crosscheck).
+    `refused`: findings about reports already set aside (`crosscheck.refuse_mismatched`)."""
     graph = FabricGraph()
     graph.nodes.update(inputs.reports, inputs.node_ready, inputs.node_labels)
+    graph.findings.extend(refused)
+    guids_checked = False
     for source in inputs.all_sources():
+        if not guids_checked and not isinstance(source, _GUIDLESS):
+            crosscheck.refuse_duplicate_guids(graph)  # before dumps and UFM join on them
+            guids_checked = True
         source.apply(graph, inputs)
+    crosscheck.settle(graph)
     return graph
 
 
@@ -161,6 +175,7 @@ class Pipeline:
         self._order: list[str] = []  # HyperNode names, sorted
         self._unhealthy: set[str] = set()
         self._unknown: set[str] = set()
+        self._refused: dict[str, NodeReport] = {}  # reports filed under another node's name
 
     # -- full rebuild ---------------------------------------------------------------------------
     def compute(self, inputs: ClusterInputs, now: float) -> Desired:
@@ -170,14 +185,19 @@ class Pipeline:
             return self._compute(inputs, now)
 
     def _compute(self, inputs: ClusterInputs, now: float) -> Desired:
+        raw = dict(inputs.reports)
+        if inputs is self._inputs:  # a rebuild of our own: the refused reports are still there
+            raw.update((n, r) for n, r in self._refused.items() if n not in raw)
+        reports, refused = crosscheck.refuse_mismatched(raw)
+        self._refused = {f.node: raw[f.node] for f in refused}
         self._inputs = dataclasses.replace(
             inputs,
-            reports=dict(inputs.reports),
+            reports=reports,
             node_ready=dict(inputs.node_ready),
             agent_ready=None if inputs.agent_ready is None else dict(inputs.agent_ready),
         )
         self.full_computes += 1
-        self._graph = build_graph(self._inputs)
+        self._graph = build_graph(self._inputs, refused)
         self._classes = NodeClasses.of(self._graph)
         tree = self._tree = infer(self._graph, self._classes)
         self._names = hypernodes.names(tree)
@@ -210,6 +230,12 @@ class Pipeline:
         inputs = self._require_inputs()
         reports = inputs.reports
         assert isinstance(reports, dict)  # compute() took a copy of its own
+        mismatched = report is not None and report.node_name != node
+        if mismatched or self._refused.pop(node, None) is not None:  # filed under another's name, or was
+            reports.pop(node, None)
+            if report is not None:
+                (self._refused if mismatched else reports)[node] = report
+            return self.compute(inputs, now)
         if report is None:
             reports.pop(node, None)
         else:
@@ -218,15 +244,21 @@ class Pipeline:
         new = self._reports_source().facts(report) if report is not None else None
         if node not in self._graph.nodes or new is None:
             return self.compute(inputs, now)
+        settled = crosscheck.settle_node(self._graph, node, new)  # as a full build would
+        if settled is None:
+            return self.compute(inputs, now)  # a claim to check against the rest: the full checks
+        new, partners = settled
         if old == new:
             return self._refresh_node(node, now)
         if (old.guids if old is not None else frozenset()) != new.guids:
             return self.compute(inputs, now)
         self._graph.set_node_facts(node, new)
         dirty = self._classes.move(node, signature_of(self._graph, node))
+        for partner in partners:  # the other of a clique of two, formed or broken up
+            dirty |= self._classes.move(partner, signature_of(self._graph, partner))
         if not dirty:
             return self._refresh_node(node, now)
-        return self._restructure(dirty, node, now)
+        return self._restructure(dirty, {node, *partners}, now)
 
     def update_node(
         self, node: str, now: float, *, node_ready: bool | None = None, agent_ready: bool | None = None
@@ -308,11 +340,11 @@ class Pipeline:
             else:
                 members.discard(node)
 
-    def _restructure(self, dirty: set[str], node: str, now: float) -> Desired:
-        """Re-infers after `node` moved between classes (`dirty`), reusing what did not change."""
+    def _restructure(self, dirty: set[str], moved: set[str], now: float) -> Desired:
+        """Re-infers after `moved` nodes changed classes (`dirty`), reusing what did not change."""
         old = self._tree
         assert old is not None
-        tree = self._tree = infer(self._graph, self._classes, previous=old, dirty=dirty, moved={node})
+        tree = self._tree = infer(self._graph, self._classes, previous=old, dirty=dirty, moved=moved)
         before = old.domains.get
         maybe = tree.domains.keys() if tree.rebuilt is None else tree.rebuilt  # others: the same objects
         changed_keys = {k for k in maybe if before(k) != tree.domains[k]}
@@ -324,8 +356,8 @@ class Pipeline:
         for key in changed_keys - self._names.keys():
             td = tree.domains[key]
             self._names[key] = hypernodes.domain_name(td.domain.kind, td.domain.identity)
-        # members whose health may have moved: the node, and those whose missing cables changed
-        members = {node} | {
+        # members whose health may have moved: the nodes, and those whose missing cables changed
+        members = moved | {
             n
             for n in old.uncabled.keys() | tree.uncabled.keys()
             if old.uncabled.get(n) != tree.uncabled.get(n)
@@ -420,5 +452,6 @@ class Pipeline:
                 (d for d in (self.hold.next_deadline(), self.degraded.hold.next_deadline()) if d is not None),
                 default=None,
             ),
-            warnings=tuple(self._graph.warnings),
+            warnings=(*self._graph.warnings, *(f.text for f in self._graph.findings)),
+            findings=tuple(self._graph.findings),
         )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.input_limits import InputLimitError, load_json, scalar_text
+from aggregator import crosscheck
 from aggregator.graph import FabricGraph
 from aggregator.sources import Cluster, Source
 from aggregator.sources.nodetopology import switch_id
@@ -134,7 +135,9 @@ def apply(graph: FabricGraph, tables: Iterable[SwitchTable]) -> None:
         graph.switches.add(table.switch)
         for neighbour in table.neighbours:
             if neighbour.name in graph.nodes and neighbour.is_switch is not True:
-                graph.attach_host(neighbour.name, table.switch)
+                # anyone on a port can announce any host name: the host's own report must not object
+                if crosscheck.table_entry_confirmed(graph, table.switch, neighbour.local_port, neighbour.name):
+                    graph.attach_host(neighbour.name, table.switch)
             elif neighbour.is_switch is not False:
                 graph.add_switch_link(table.switch, neighbour.name)
 

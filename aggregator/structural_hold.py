@@ -25,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from agent.report import LldpNeighbour, NodeReport, NvLinkDomain, NvmlReport, RdmaDevice
+from agent.report import LldpNeighbour, NodeReport, NvLinkDomain
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +35,22 @@ DEFAULT_SECONDS = 120.0  # one LLDP TTL at the usual settings (tx-interval 30 s 
 RDMA, NVLINK = "rdma", "nvlink"  # keys of the held facts besides "lldp:<interface>"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Known:
-    """The structural facts last in effect for one node, and since when each missing one is held."""
+    """One node: the last report admitted and what it became (held facts put back: the facts in
+    effect), and since when each missing fact is held. References only: at 100,000 nodes the hold
+    costs one small object per node."""
 
-    lldp: dict[str, tuple[LldpNeighbour, ...]] = field(default_factory=dict)
-    rdma: tuple[RdmaDevice, ...] = ()
-    nvml: NvmlReport | None = None  # the last report's nvml that named a domain
-    missing_since: dict[str, float] = field(default_factory=dict)
+    given: NodeReport
+    facts: NodeReport
+    missing_since: dict[str, float] | None = None
 
 
-def _by_interface(neighbours: Iterable[LldpNeighbour]) -> dict[str, tuple[LldpNeighbour, ...]]:
+def _by_interface(neighbours: Iterable[LldpNeighbour]) -> dict[str, list[LldpNeighbour]]:
     out: dict[str, list[LldpNeighbour]] = {}
     for n in neighbours:
         out.setdefault(n.interface, []).append(n)
-    return {name: tuple(items) for name, items in out.items()}
+    return out
 
 
 def _domain(report: NodeReport) -> NvLinkDomain | None:
@@ -64,7 +65,6 @@ class StructuralHold:
     def __init__(self, seconds: float = DEFAULT_SECONDS) -> None:
         self.seconds = seconds
         self._known: dict[str, _Known] = {}
-        self._admitted: dict[str, tuple[NodeReport, NodeReport]] = {}  # node -> (input, output)
 
     def admit(self, name: str, report: NodeReport | None, now: float) -> NodeReport | None:
         """The report with the facts it lost within the hold-down put back (the very same object
@@ -72,33 +72,33 @@ class StructuralHold:
         if report is None or self.seconds <= 0:
             self.forget(name)
             return report
-        cached = self._admitted.get(name)
         known = self._known.get(name)
-        if cached is not None and cached[0] is report and known is not None and not self._expired(known, now):
-            return cached[1]
         if known is None:
-            known = self._known[name] = _Known()
-        out = self._merge(name, report, known, now)
-        self._admitted[name] = (report, out)
-        return out
+            self._known[name] = _Known(report, report)
+            return report
+        if known.given is report and not self._expired(known, now):
+            return known.facts
+        held: dict[str, float] = dict(known.missing_since or {})
+        facts = self._merge(name, report, known.facts, held, now)
+        self._known[name] = _Known(report, facts, held or None)
+        return facts
 
     def forget(self, name: str) -> None:
         self._known.pop(name, None)
-        self._admitted.pop(name, None)
 
     def retain(self, names: Iterable[str]) -> None:
         """Forgets every node not in `names` (their reports are gone)."""
         keep = set(names)
         for name in [n for n in self._known if n not in keep]:
-            self.forget(name)
+            del self._known[name]
 
     def due(self, now: float) -> set[str]:
         """The nodes with a held fact whose hold-down has run out at `now`."""
-        return {name for name, known in self._known.items() if self._expired(known, now)}
+        return {name for name, known in self._known.items() if known.missing_since and self._expired(known, now)}
 
     def next_deadline(self) -> float | None:
         """When the earliest held fact runs out (None: nothing is held)."""
-        starts = [t for known in self._known.values() for t in known.missing_since.values()]
+        starts = [t for known in self._known.values() if known.missing_since for t in known.missing_since.values()]
         return min(starts) + self.seconds if starts else None
 
     def held(self) -> dict[str, list[str]]:
@@ -106,50 +106,63 @@ class StructuralHold:
         return {name: sorted(k.missing_since) for name, k in self._known.items() if k.missing_since}
 
     def _expired(self, known: _Known, now: float) -> bool:
-        return any(now - since >= self.seconds for since in known.missing_since.values())
+        return bool(known.missing_since) and any(
+            now - since >= self.seconds for since in (known.missing_since or {}).values()
+        )
 
-    def _keep(self, name: str, known: _Known, key: str, now: float) -> bool:
+    def _keep(self, name: str, held: dict[str, float], key: str, now: float) -> bool:
         """Whether a missing fact is still held (starting its hold-down now if it just went)."""
-        if key not in known.missing_since:
-            known.missing_since[key] = now
-            log.info("node %s: its report lost %s; keeping the previous facts for %.0fs", name, key, self.seconds)
-        since = known.missing_since[key]
-        if now - since < self.seconds:
-            return True
-        log.info("node %s: %s missing for %.0fs; the tree follows the report now", name, key, now - since)
-        del known.missing_since[key]
-        return False
+        return bool(self._still_held(name, held, (key,), now))
 
-    def _merge(self, name: str, report: NodeReport, known: _Known, now: float) -> NodeReport:
-        reported = _by_interface(report.lldp)
-        held_lldp: list[LldpNeighbour] = []
-        for interface, neighbours in list(known.lldp.items()):
-            key = f"lldp:{interface}"
-            if interface in reported:
-                known.missing_since.pop(key, None)
-            elif self._keep(name, known, key, now):
-                held_lldp.extend(neighbours)
+    def _still_held(self, name: str, held: dict[str, float], keys: Iterable[str], now: float) -> list[str]:
+        """Those of the missing facts `keys` still held (a hold-down starts now for those that just
+        went); one log line per node and event, not per fact."""
+        kept, started, ended = [], [], []
+        for key in keys:
+            since = held.setdefault(key, now)
+            if since == now:
+                started.append(key)
+            if now - since < self.seconds:
+                kept.append(key)
             else:
-                del known.lldp[interface]
-        known.lldp.update(reported)
+                ended.append(key)
+                del held[key]
+        if started and log.isEnabledFor(logging.INFO):
+            log.info("node %s: its report lost %s; keeping the previous facts for %.0fs",
+                     name, ", ".join(started), self.seconds)  # fmt: skip
+        if ended:
+            log.info("node %s: %s missing for %.0fs; the tree follows the report now", name, ", ".join(ended),
+                     self.seconds)  # fmt: skip
+        return kept
+
+    def _merge(self, name: str, report: NodeReport, before: NodeReport, held: dict[str, float], now: float) -> NodeReport:
+        """`report` with what `before` (the facts in effect) had and it lacks, while held."""
         changes: dict[str, object] = {}
-        if held_lldp:
-            changes["lldp"] = tuple(sorted((*report.lldp, *held_lldp),
-                                           key=lambda n: (n.interface, n.chassis_id, n.port_id)))  # fmt: skip
-        if report.rdma or not known.rdma:
-            known.missing_since.pop(RDMA, None)
-            known.rdma = report.rdma
-        elif self._keep(name, known, RDMA, now):
-            changes["rdma"] = known.rdma
-        else:
-            known.rdma = ()
-        domain = _domain(report)
-        if domain is not None or known.nvml is None:
-            known.missing_since.pop(NVLINK, None)
-            known.nvml = report.nvml if domain is not None else None
-        elif self._keep(name, known, NVLINK, now):
-            old: NvmlReport = known.nvml
+        lldp = self._merge_lldp(name, report, before, held, now)
+        if lldp is not None:
+            changes["lldp"] = lldp
+        if report.rdma or not before.rdma:
+            held.pop(RDMA, None)
+        elif self._keep(name, held, RDMA, now):
+            changes["rdma"] = before.rdma
+        old = before.nvml
+        if _domain(report) is not None or old is None or old.domain is None:
+            held.pop(NVLINK, None)
+        elif self._keep(name, held, NVLINK, now):
             changes["nvml"] = old if report.nvml is None else dataclasses.replace(report.nvml, domain=old.domain)
-        else:
-            known.nvml = None
         return dataclasses.replace(report, **changes) if changes else report  # type: ignore[arg-type]
+
+    def _merge_lldp(
+        self, name: str, report: NodeReport, before: NodeReport, held: dict[str, float], now: float
+    ) -> tuple[LldpNeighbour, ...] | None:
+        """The report's neighbours plus those of interfaces it lost while held; None: its own."""
+        reported = {n.interface for n in report.lldp}
+        for key in [k for k in held if k.startswith("lldp:") and k[5:] in reported]:
+            del held[key]  # heard again on that interface
+        if report.lldp == before.lldp:
+            return None
+        lost = {f"lldp:{i}": ns for i, ns in _by_interface(before.lldp).items() if i not in reported}
+        kept = [n for key in self._still_held(name, held, lost, now) for n in lost[key]]
+        if not kept:
+            return None
+        return tuple(sorted((*report.lldp, *kept), key=lambda n: (n.interface, n.chassis_id, n.port_id)))

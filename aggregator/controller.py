@@ -309,7 +309,7 @@ class Controller:
         refused = {f.node for f in getattr(desired, "findings", ())}
         explanation = self.narrator.observe(nodes=view.nodes.keys(), placed=tree.lowest if tree is not None else {},
                                             hypernodes=len(desired.hypernodes), topologies=view.topologies,
-                                            refused=refused)  # fmt: skip
+                                            refused=refused, changed=view.changed)  # fmt: skip
         self.metrics.publish_explanation(explanation)
 
     def _sweep_reports(self, nodes: Mapping[str, Obj]) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from agent.command_line import EXIT_INPUT, add_common_arguments, number_argument, one_line
 from aggregator.object_files import of_kind, read_objects
 from aggregator.tree import Tree, View, render_text
-from aggregator.tree_explain import ParsedReports, explain
+from aggregator.tree_explain import HeardReports, explain
 
 _positive_int = number_argument(int, "whole number", 1, "must be 1 or more")
 
@@ -65,7 +65,7 @@ def explain_tree(tree: Tree, nodes: Iterable[str], topologies: Mapping[str, Mapp
     sources the aggregator has is not known here, so the lines say so."""
     placed = {node for domain in tree.domains.values() for node in domain.nodes}
     names = set(nodes)
-    reports = ParsedReports().over({n: obj for n, obj in topologies.items() if n in names})
+    reports = HeardReports().over({n: obj for n, obj in topologies.items() if n in names})
     found = explain(nodes=names, placed=placed, hypernodes=len(tree.domains), reports=reports, fabric_sources=None)
     return found.lines()
 

@@ -26,7 +26,7 @@ import logging
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.command_line import summarise
 from agent.report import NodeReport
@@ -95,7 +95,7 @@ def explain(
     nodes: Collection[str],
     placed: Collection[str],
     hypernodes: int,
-    reports: Mapping[str, NodeReport],
+    reports: Mapping[str, NodeReport | Heard],
     fabric_sources: Sequence[str] | None,
     refused: Collection[str] = (),
     fabric_pattern: str | None = None,
@@ -115,22 +115,35 @@ def explain(
     return Explanation(len(nodes), hypernodes, grouped, empty, sources)
 
 
+class Heard(NamedTuple):
+    """What the reasons need of a report: did it hear any LLDP neighbour, and does one of them
+    name a switch on a fabric NIC (nodetopology.cabled_switches)."""
+
+    neighbours: bool
+    cabled: bool
+
+
+def heard(report: NodeReport, pattern: str | None = None) -> Heard:
+    return Heard(bool(report.lldp), bool(report.lldp) and bool(cabled_switches(report, pattern)))
+
+
 def _reason(
     node: str,
-    report: NodeReport | None,
+    report: NodeReport | Heard | None,
     sources: tuple[str, ...] | None,
     refused: Collection[str],
     pattern: str | None,
 ) -> str:
     if node in refused:
         return REFUSED
-    if report is not None and cabled_switches(report, pattern):
+    found = heard(report, pattern) if isinstance(report, NodeReport) else report
+    if found is not None and found.cabled:
         return NO_DOMAIN
     if sources:  # a fabric source could have placed it, and did not
         return NOT_IN_SOURCE
-    if report is None:
+    if found is None:
         return NO_REPORT
-    return NOT_FABRIC if report.lldp else NO_NEIGHBOURS
+    return NOT_FABRIC if found.neighbours else NO_NEIGHBOURS
 
 
 def _empty_reason(nodes: Collection[str], grouped: Mapping[str, tuple[str, ...]], sources: tuple[str, ...] | None) -> str:
@@ -144,33 +157,41 @@ def _empty_reason(nodes: Collection[str], grouped: Mapping[str, tuple[str, ...]]
     return max(NODE_REASONS, key=lambda reason: (counts[reason], -NODE_REASONS.index(reason)))
 
 
-class ParsedReports(Mapping[str, NodeReport]):
-    """Raw NodeTopology objects (the controller's cache) read as reports on first use; a report is
-    parsed again only when its object is replaced, so explaining the same unplaced nodes every
-    reconcile parses nothing. An object that cannot be read counts as no report."""
+class HeardReports(Mapping[str, Heard]):
+    """Raw NodeTopology objects (the controller's cache) as `Heard`, worked out on first use and
+    again only when a node's object is replaced, so explaining the same unplaced nodes every
+    reconcile parses nothing; a report without any LLDP neighbour is not parsed at all, and only
+    the two answers are kept (not the report: at 100,000 nodes the feed holds those already). An
+    object that cannot be read counts as no report."""
 
-    def __init__(self) -> None:
+    def __init__(self, fabric_pattern: str | None = None) -> None:
+        self.fabric_pattern = fabric_pattern
         self._raw: Mapping[str, Any] = {}
-        self._parsed: dict[str, tuple[Any, NodeReport | None]] = {}
+        self._known: dict[str, tuple[Any, Heard | None]] = {}
 
-    def over(self, raw: Mapping[str, Any]) -> ParsedReports:
+    def over(self, raw: Mapping[str, Any]) -> HeardReports:
         self._raw = raw
-        if len(self._parsed) > 2 * len(raw) + 64:  # nodes went away: forget them
-            self._parsed = {n: entry for n, entry in self._parsed.items() if n in raw}
+        if len(self._known) > 2 * len(raw) + 64:  # nodes went away: forget them
+            self._known = {n: entry for n, entry in self._known.items() if n in raw}
         return self
 
-    def __getitem__(self, node: str) -> NodeReport:
+    def __getitem__(self, node: str) -> Heard:
         obj = self._raw[node]
-        cached = self._parsed.get(node)
-        if cached is None or cached[0] is not obj:
-            try:
-                report: NodeReport | None = report_from_object(obj)
-            except (TypeError, ValueError, KeyError, AttributeError):
-                report = None
-            cached = self._parsed[node] = (obj, report)
-        if cached[1] is None:
+        known = self._known.get(node)
+        if known is None or known[0] is not obj:
+            known = self._known[node] = (obj, self._heard(obj))
+        if known[1] is None:
             raise KeyError(node)
-        return cached[1]
+        return known[1]
+
+    def _heard(self, obj: Any) -> Heard | None:
+        spec = obj.get("spec") if isinstance(obj, Mapping) else None
+        if isinstance(spec, Mapping) and not spec.get("lldp"):
+            return Heard(False, False)
+        try:
+            return heard(report_from_object(obj), self.fabric_pattern)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._raw)
@@ -186,13 +207,23 @@ class Narrator:
     def __init__(self, fabric_sources: Sequence[str], fabric_pattern: str | None = None) -> None:
         self.fabric_sources = tuple(fabric_sources)
         self.fabric_pattern = fabric_pattern
-        self._reports = ParsedReports()
+        self._reports = HeardReports(fabric_pattern)
         self.latest = Explanation(0, 0)
         self._said: list[str] = []
+        self._placed: Collection[str] | None = None  # what the last explanation was of
+        self._key: tuple[int, int, frozenset[str]] | None = None
 
     def observe(self, *, nodes: Collection[str], placed: Collection[str], hypernodes: int,
-                topologies: Mapping[str, Any], refused: Collection[str] = ()) -> Explanation:  # fmt: skip
-        """`nodes`: the cluster's Nodes (every report's node is one); `placed`: nodes in a HyperNode."""
+                topologies: Mapping[str, Any], refused: Collection[str] = (),
+                changed: Collection[str] | None = None) -> Explanation:  # fmt: skip
+        """`nodes`: the cluster's Nodes (every report's node is one); `placed`: nodes in a HyperNode
+        (the tree's own mapping: the same object while the tree is); `changed`: the nodes whose
+        report or Node changed since the last call (None: not known). Nothing changed, the last
+        explanation stands: an empty tree of 100,000 nodes is not explained again every reconcile."""
+        key = (len(nodes), hypernodes, frozenset(refused))
+        if placed is self._placed and key == self._key and changed is not None and not changed:
+            return self.latest
+        self._placed, self._key = placed, key
         if hypernodes and len(placed) >= len(nodes):
             found = Explanation(len(nodes), hypernodes)
         else:

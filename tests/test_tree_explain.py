@@ -155,3 +155,15 @@ def test_a_narrator_reparses_a_report_only_when_its_object_is_replaced() -> None
     objects["node01"] = node_topology_object(cabled("node01"))  # a fresh object: read again
     moved = narrator.observe(nodes=NODES, placed=(), hypernodes=0, topologies=objects)
     assert moved.unplaced[NO_DOMAIN] == ("node01",) and len(moved.unplaced[NO_NEIGHBOURS]) == 7
+
+
+def test_a_reconcile_with_nothing_changed_keeps_the_last_explanation() -> None:
+    narrator = Narrator(fabric_sources=())
+    objects = {n: node_topology_object(deaf(n)) for n in NODES}
+    placed: dict[str, str] = {}
+    first = narrator.observe(nodes=NODES, placed=placed, hypernodes=0, topologies=objects, changed=None)
+    objects["node01"] = node_topology_object(cabled("node01"))  # not announced as changed: not looked at
+    assert narrator.observe(nodes=NODES, placed=placed, hypernodes=0, topologies=objects, changed=()) is first
+    told = narrator.observe(nodes=NODES, placed=placed, hypernodes=0, topologies=objects, changed={"node01"})
+    assert told.unplaced[NO_DOMAIN] == ("node01",)
+    assert narrator.observe(nodes=NODES, placed={}, hypernodes=0, topologies=objects, changed=()) is not told  # a new tree

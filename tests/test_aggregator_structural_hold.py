@@ -127,8 +127,15 @@ def test_a_health_change_while_held_is_the_new_reports() -> None:
 
 
 def leaf_of(desired: Desired, node: str) -> str | None:
+    """The leaf HyperNode holding the node as a direct member (None: in no leaf)."""
     member = {"type": "Node", "selector": {"exactMatch": {"name": node}}}
-    return next((o["metadata"]["name"] for o in desired.hypernodes if member in o["spec"]["members"]), None)
+    return next((o["metadata"]["name"] for o in desired.hypernodes
+                 if o["spec"]["tierName"] == "leaf" and member in o["spec"]["members"]), None)  # fmt: skip
+
+
+def a_node_in_a_leaf(desired: Desired) -> str:
+    """A node whose own HyperNode is a leaf (an HGX node; the racks' nodes sit in NVLink domains)."""
+    return next(n for n in sorted(MODEL.nodes()) if leaf_of(desired, n) is not None)
 
 
 def step(feed: PipelineFeed, cluster: Cluster, now: float, changed: Any) -> Desired:
@@ -141,9 +148,8 @@ def test_the_feed_keeps_the_tree_while_every_report_lost_its_cabling_then_follow
     cluster = Cluster.of(MODEL)
     feed = PipelineFeed(Pipeline(), sources(MODEL), resync=1e9, structural_hold=120.0)
     before = step(feed, cluster, 0.0, None)
-    node = sorted(MODEL.nodes())[0]
+    node = a_node_in_a_leaf(before)
     leaf = leaf_of(before, node)
-    assert leaf is not None
     for name in list(cluster.reports):  # every agent restarted at once
         cluster.reports[name] = dataclasses.replace(cluster.reports[name], lldp=())
         cluster.versions[name] += 1
@@ -152,7 +158,7 @@ def test_the_feed_keeps_the_tree_while_every_report_lost_its_cabling_then_follow
     assert during.next_deadline == 121.0
     assert step(feed, cluster, 60.0, None).hypernodes == before.hypernodes  # a whole-view cycle too
     after = step(feed, cluster, 121.0, frozenset())  # nothing changed: the hold ran out
-    assert leaf_of(after, node) != leaf
+    assert leaf_of(after, node) is None and leaf is not None
     assert after.next_deadline is None
 
 
@@ -160,7 +166,7 @@ def test_the_feed_without_a_hold_down_reshapes_at_once() -> None:
     cluster = Cluster.of(MODEL)
     feed = PipelineFeed(Pipeline(), sources(MODEL), resync=1e9, structural_hold=0.0)
     before = step(feed, cluster, 0.0, None)
-    node = sorted(MODEL.nodes())[0]
+    node = a_node_in_a_leaf(before)
     cluster.reports[node] = dataclasses.replace(cluster.reports[node], lldp=())
     cluster.versions[node] += 1
-    assert leaf_of(step(feed, cluster, 1.0, frozenset({node})), node) != leaf_of(before, node)
+    assert leaf_of(step(feed, cluster, 1.0, frozenset({node})), node) is None

@@ -1,7 +1,9 @@
 """The deployment in daemonset/ is real: it applies to a real API server, every ServiceAccount has
-exactly the access it needs, the admission policy confines each agent to its own node (in any
-namespace an overlay moves it to), an agent makes its Node the owner of its report, and the README's
-install steps never touch a HyperNode CRD that exists (Volcano's)."""
+exactly the access it needs, the admission policy confines each agent to its own node (name,
+spec.nodeName, owners, finalizers; in any namespace an overlay moves it to) and the aggregator to
+hypertopo's own HyperNodes, an agent makes its Node the owner of its report, only the agent's
+namespace allows privileged pods, and the README's install steps never touch a HyperNode CRD that
+exists (Volcano's)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from agent.report import ComponentHealth, Health, NodeReport, node_topology_obje
 
 REPO = Path(__file__).resolve().parent.parent
 NS = "hypertopo-system"
+AGENT_NS = "hypertopo-agent"  # the only namespace at Pod Security privileged
+NAMESPACE_OF = {"hypertopo-agent": AGENT_NS, "hypertopo-aggregator": NS, "hypertopo-scheduler": NS}
 pytestmark = pytest.mark.apiserver
 
 
@@ -38,7 +42,8 @@ def installed(apiserver: ControlPlane) -> Iterator[ControlPlane]:
 
 
 def test_every_manifest_passes_a_server_side_dry_run(apiserver: ControlPlane) -> None:
-    apiserver.kubectl("create", "namespace", NS, check=False)
+    for namespace in (NS, AGENT_NS):  # a dry run creates no namespace for the objects in it
+        apiserver.kubectl("create", "namespace", namespace, check=False)
     proc = apiserver.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(REPO / "daemonset"))
     applied = [line for line in proc.stdout.splitlines() if "(server dry run)" in line]
     assert len(applied) == len(rendered(apiserver)), proc.stdout
@@ -71,7 +76,46 @@ def test_no_container_is_privileged_and_the_agent_adds_only_net_raw(apiserver: C
             mounts = doc["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
             assert all(m["readOnly"] for m in mounts)
             args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
-            assert "--sysfs=/host/sys" in args and "--procfs=/host/proc" in args
+            assert "--sysfs=/host/sys" in args
+
+
+def test_the_agent_mounts_only_host_sys_and_serves_on_the_nodes_own_address(apiserver: ControlPlane) -> None:
+    """The host's /proc (every workload's command line) is not mounted: CPU count, memory and
+    kernel come from the container's own /proc and uname. Metrics bind to the node's address."""
+    (agent,) = [d for d in rendered(apiserver) if d["kind"] == "DaemonSet"]
+    pod = agent["spec"]["template"]["spec"]
+    assert [v["hostPath"]["path"] for v in pod["volumes"]] == ["/sys"]
+    container = pod["containers"][0]
+    assert not [a for a in container["args"] if a.startswith("--procfs")]
+    assert "--listen=$(HOST_IP):9730" in container["args"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
+    assert env["HOST_IP"] == "status.hostIP"
+
+
+def test_only_the_agents_namespace_allows_privileged_pods(apiserver: ControlPlane) -> None:
+    docs = rendered(apiserver)
+    levels = {d["metadata"]["name"]: d["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+              for d in docs if d["kind"] == "Namespace"}  # fmt: skip
+    assert levels == {NS: "restricted", AGENT_NS: "privileged"}
+    workloads = {d["metadata"]["name"]: d["metadata"]["namespace"] for d in docs
+                 if d["kind"] in ("DaemonSet", "Deployment")}  # fmt: skip
+    assert workloads == {"hypertopo-agent": AGENT_NS, "hypertopo-aggregator": NS, "hypertopo-scheduler": NS}
+
+
+def test_the_aggregator_and_the_scheduler_are_admitted_at_restricted(installed: ControlPlane) -> None:
+    """Pod Security admission itself judges their pod templates in the restricted namespace."""
+    for doc in rendered(installed):
+        if doc["kind"] != "Deployment":
+            continue
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"psa-{doc['metadata']['name']}",
+               "namespace": NS}, "spec": doc["spec"]["template"]["spec"]}  # fmt: skip
+        proc = installed.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+        assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
+    agent = next(d for d in rendered(installed) if d["kind"] == "DaemonSet")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "psa-agent", "namespace": NS},
+           "spec": agent["spec"]["template"]["spec"]}  # fmt: skip
+    proc = installed.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+    assert proc.returncode != 0 and "violates PodSecurity" in proc.stderr, proc.stderr  # the guard is real
 
 
 # What each ServiceAccount may do: (verb, resource[, namespace]) -> expected answer.
@@ -84,8 +128,8 @@ CAN_I: dict[str, list[tuple[str, str, str | None, bool]]] = {
         ("list", "nodetopologies.hypertopo.io", None, False),
         ("patch", "hypernodes.topology.volcano.sh", None, False),
         ("get", "nodes", None, False),
-        ("list", "secrets", NS, False),
-        ("get", "pods", NS, False),
+        ("list", "secrets", AGENT_NS, False),
+        ("get", "pods", AGENT_NS, False),
     ],
     "hypertopo-aggregator": [
         ("watch", "nodetopologies.hypertopo.io", None, True),
@@ -95,11 +139,13 @@ CAN_I: dict[str, list[tuple[str, str, str | None, bool]]] = {
         ("create", "hypernodes.topology.volcano.sh", None, True),
         ("delete", "hypernodes.topology.volcano.sh", None, True),
         ("patch", "hypernodes.topology.volcano.sh/status", None, True),
-        ("patch", "nodes", None, True),
+        ("patch", "nodes", None, False),  # only with components/node-marks
         ("delete", "nodes", None, False),
+        ("create", "topologies.kueue.x-k8s.io", None, False),  # only with components/node-marks
         ("update", "leases.coordination.k8s.io", NS, True),
         ("update", "leases.coordination.k8s.io", "kube-system", False),
-        ("list", "pods", NS, True),
+        ("list", "pods", AGENT_NS, True),  # the agent pods' readiness
+        ("list", "pods", NS, False),
         ("list", "pods", "default", False),
         ("list", "secrets", NS, False),
         ("create", "pods/binding", "default", False),
@@ -132,7 +178,7 @@ def test_service_account_can_do_what_it_needs_and_nothing_more(installed: Contro
         subresource = ""
         if resource.count("/") == 1:
             resource, subresource = resource.split("/")
-        args = ["auth", "can-i", verb, resource, f"--as=system:serviceaccount:{NS}:{account}"]
+        args = ["auth", "can-i", verb, resource, f"--as=system:serviceaccount:{NAMESPACE_OF[account]}:{account}"]
         args += [f"--subresource={subresource}"] if subresource else []
         args += [f"--namespace={namespace}"] if namespace else ["--all-namespaces=false"]
         answer = installed.kubectl(*args, check=False).stdout.strip()
@@ -150,7 +196,7 @@ def test_no_service_account_holds_wildcard_or_secret_access(installed: ControlPl
             assert "secrets" not in rule["resources"]
 
 
-def _agent_token_on(installed: ControlPlane, node: str, unique: str, namespace: str = NS) -> str:
+def _agent_token_on(installed: ControlPlane, node: str, unique: str, namespace: str = AGENT_NS) -> str:
     installed.kubectl(
         "create",
         "-f",
@@ -227,6 +273,52 @@ def test_an_agent_may_write_its_own_nodes_topology_and_not_another_nodes(
     assert installed.kubectl("get", "ntopo", node_b, check=False).returncode != 0  # nothing written for B
 
 
+def _apply_object_as(installed: ControlPlane, kubeconfig: Path, obj: dict[str, Any]) -> Any:
+    return installed.kubectl("apply", "--server-side", "--field-manager=hypertopo-agent", "-f", "-",
+                             input=json.dumps(obj), kubeconfig=kubeconfig, check=False)  # fmt: skip
+
+
+def test_an_agent_may_not_claim_another_node_in_its_own_object(installed: ControlPlane, unique: str) -> None:
+    """The aggregator files a report under spec.nodeName, so the object's name alone proves nothing:
+    node A writing its own object with spec.nodeName B, another Node as owner or a finalizer is
+    refused (issue 22); its own clean object is admitted."""
+    node_a, node_b = f"node-ida-{unique}", f"node-idb-{unique}"
+    token = _agent_token_on(installed, node_a, unique)
+    installed.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node",
+                                                              "metadata": {"name": node_b}}))  # fmt: skip
+    uid_of = {n: json.loads(installed.kubectl("get", "node", n, "-o", "json").stdout)["metadata"]["uid"]
+              for n in (node_a, node_b)}  # fmt: skip
+    kubeconfig = installed.kubeconfig_for(token, f"identity-{unique}")
+    own = node_topology_object(NodeReport(node_name=node_a, health={"host": ComponentHealth(Health.OK)}))
+
+    def variant(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+        return {**own, "metadata": {**own["metadata"], **meta}, "spec": {**own["spec"], **(spec or {})}}
+
+    def owner(node: str, kind: str = "Node") -> dict[str, str]:
+        return {"apiVersion": "v1", "kind": kind, "name": node, "uid": uid_of[node]}
+
+    refused = {
+        f"may report only its own node, not spec.nodeName {node_b}": variant({"nodeName": node_b}),
+        "may name only its own Node as owner": variant(ownerReferences=[owner(node_b)]),
+        "may name only its own Node as owner of": variant(ownerReferences=[owner(node_a, kind="Pod")]),
+        "may not add finalizers": variant(finalizers=["example.com/pin"]),
+    }
+    deadline = time.monotonic() + 20  # the API server loads a policy change within seconds
+    for message, obj in refused.items():
+        proc = _apply_object_as(installed, kubeconfig, obj)
+        while proc.returncode == 0 and time.monotonic() < deadline:
+            installed.kubectl("delete", "ntopo", node_a, "--ignore-not-found")
+            time.sleep(0.5)
+            proc = _apply_object_as(installed, kubeconfig, obj)
+        assert proc.returncode != 0, f"admitted: {message}"
+        assert f"hypertopo-agent on node {node_a} {message}" in proc.stderr, proc.stderr
+    assert installed.kubectl("get", "ntopo", node_a, check=False).returncode != 0  # nothing was written
+    allowed = _apply_object_as(installed, kubeconfig, variant(ownerReferences=[owner(node_a)]))
+    assert allowed.returncode == 0, allowed.stderr
+    stored = json.loads(installed.kubectl("get", "ntopo", node_a, "-o", "json").stdout)
+    assert stored["spec"]["nodeName"] == node_a and stored["metadata"]["ownerReferences"] == [owner(node_a)]
+
+
 def _denied_until_enforced(installed: ControlPlane, kubeconfig: Path, node: str) -> Any:
     """Applies `node`'s NodeTopology as that agent until refused (the API server loads a policy
     change within seconds) or 20 s have passed; returns the last attempt."""
@@ -240,12 +332,12 @@ def _denied_until_enforced(installed: ControlPlane, kubeconfig: Path, node: str)
 
 
 def test_the_own_node_guard_follows_a_namespace_overlay(installed: ControlPlane, unique: str, tmp_path: Path) -> None:
-    """`namespace:` in a kustomize overlay moves the agent's ServiceAccount and its RBAC binding;
-    the guard must move with them, not stay behind on hypertopo-system."""
+    """`namespace:` in a kustomize overlay of daemonset/agent/ moves the agent's ServiceAccount and
+    its RBAC binding; the guard must move with them, not stay behind on hypertopo-agent."""
     namespace = f"ht-overlay-{unique}"
     overlay = tmp_path / "overlay"
     overlay.mkdir()
-    base = os.path.relpath(REPO / "daemonset", overlay)
+    base = os.path.relpath(REPO / "daemonset" / "agent", overlay)
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "namespace": namespace, "resources": [base]}  # fmt: skip
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
@@ -341,7 +433,7 @@ def test_the_readme_install_steps_never_touch_an_existing_hypernode_crd(installe
 
 
 def test_an_agent_token_without_a_node_is_refused(installed: ControlPlane, unique: str) -> None:
-    token = installed.kubectl("create", "token", "hypertopo-agent", "-n", NS).stdout.strip()  # not pod-bound
+    token = installed.kubectl("create", "token", "hypertopo-agent", "-n", AGENT_NS).stdout.strip()  # not pod-bound
     kubeconfig = installed.kubeconfig_for(token, f"unbound-{unique}")
     deadline = time.monotonic() + 20
     proc = _apply_as(installed, kubeconfig, f"node-x-{unique}")
@@ -351,19 +443,16 @@ def test_an_agent_token_without_a_node_is_refused(installed: ControlPlane, uniqu
     assert proc.returncode != 0 and "token names no node" in proc.stderr
 
 
-# Everything each ServiceAccount may do in its own namespace (cluster roles included), exactly.
-EXACT_RULES: dict[str, dict[str, set[str]]] = {
+# Everything each ServiceAccount may do, exactly: cluster-wide, and in each namespace besides.
+CLUSTER_RULES: dict[str, dict[str, set[str]]] = {
     "hypertopo-agent": {"nodetopologies.hypertopo.io": {"get", "create", "patch"}},
     "hypertopo-aggregator": {
         "nodetopologies.hypertopo.io": {"get", "list", "watch", "delete"},
-        "nodes": {"get", "list", "watch", "patch"},
+        "nodes": {"get", "list", "watch"},  # patch only with components/node-marks
         "hypernodes.topology.volcano.sh": {"get", "list", "watch", "create", "patch", "update", "delete"},
         "hypernodes.topology.volcano.sh/status": {"get", "patch", "update"},
         "events": {"create", "patch"},
         "events.events.k8s.io": {"create", "patch"},
-        "leases.coordination.k8s.io": {"get", "create", "update", "patch"},
-        "pods": {"get", "list", "watch"},
-        "topologies.kueue.x-k8s.io": {"get", "create", "delete"},  # Kueue's Topology, with --node-labels
     },
     "hypertopo-scheduler": {
         "pods": {"get", "list", "watch", "delete"},
@@ -380,23 +469,71 @@ EXACT_RULES: dict[str, dict[str, set[str]]] = {
         "commands.bus.volcano.sh": {"create"},
         "events": {"create", "patch"},
         "events.events.k8s.io": {"create", "patch"},
-        "leases.coordination.k8s.io": {"get", "create", "update"},
     },
+}
+NAMESPACE_RULES: dict[str, dict[str, dict[str, set[str]]]] = {
+    "hypertopo-agent": {},
+    "hypertopo-aggregator": {NS: {"leases.coordination.k8s.io": {"get", "create", "update", "patch"}},
+                             AGENT_NS: {"pods": {"get", "list", "watch"}}},
+    "hypertopo-scheduler": {NS: {"leases.coordination.k8s.io": {"get", "create", "update"}}},
 }
 DEFAULT_SELF_REVIEWS = {"selfsubjectreviews.authentication.k8s.io", "selfsubjectaccessreviews.authorization.k8s.io",
                         "selfsubjectrulesreviews.authorization.k8s.io"}  # fmt: skip
 
 
-@pytest.mark.parametrize("account", sorted(EXACT_RULES))
+@pytest.mark.parametrize("account", sorted(CLUSTER_RULES))
 def test_service_account_holds_exactly_the_listed_rules(installed: ControlPlane, account: str) -> None:
-    out = installed.kubectl(
-        "auth", "can-i", "--list", f"--as=system:serviceaccount:{NS}:{account}", "-n", NS
-    ).stdout
-    granted: dict[str, set[str]] = {}
-    for line in out.splitlines()[1:]:
-        if not line[:1].strip():
-            continue  # non-resource URLs (discovery, health): granted to everyone
-        resource, verbs = line.split()[0], line[line.rindex("[") + 1 : line.rindex("]")].split()
-        if resource not in DEFAULT_SELF_REVIEWS:
-            granted.setdefault(resource, set()).update(verbs)
-    assert granted == EXACT_RULES[account]
+    for namespace in (NS, AGENT_NS, "default"):
+        out = installed.kubectl(
+            "auth", "can-i", "--list", f"--as=system:serviceaccount:{NAMESPACE_OF[account]}:{account}", "-n", namespace
+        ).stdout
+        granted: dict[str, set[str]] = {}
+        for line in out.splitlines()[1:]:
+            if not line[:1].strip():
+                continue  # non-resource URLs (discovery, health): granted to everyone
+            resource, verbs = line.split()[0], line[line.rindex("[") + 1 : line.rindex("]")].split()
+            if resource not in DEFAULT_SELF_REVIEWS:
+                granted.setdefault(resource, set()).update(verbs)
+        want = {**CLUSTER_RULES[account]}
+        for resource, extra in NAMESPACE_RULES[account].get(namespace, {}).items():
+            want[resource] = want.get(resource, set()) | extra
+        assert granted == want, f"{account} in {namespace}"
+
+
+AGGREGATOR = f"--as=system:serviceaccount:{NS}:hypertopo-aggregator"
+OWNER_LABELS = {"volcano.sh/network-topology-source": "hypertopo", "app.kubernetes.io/managed-by": "hypertopo"}
+
+
+def _hypernode(name: str, labels: dict[str, str]) -> str:
+    return json.dumps({"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode",
+                       "metadata": {"name": name, "labels": labels},
+                       "spec": {"tier": 1, "members": [{"type": "Node", "selector": {"exactMatch": {"name": "n1"}}}]}})  # fmt: skip
+
+
+def test_the_aggregator_may_write_only_hypernodes_labelled_as_hypertopos(installed: ControlPlane, unique: str) -> None:
+    """RBAC grants every HyperNode; the admission policy narrows it to those carrying hypertopo's
+    ownership labels before and after the write, so Volcano's own are out of reach."""
+    ours, theirs, unlabelled = f"hn-ours-{unique}", f"hn-volcano-{unique}", f"hn-bare-{unique}"
+    installed.kubectl("create", "-f", "-", input=_hypernode(theirs, {"volcano.sh/network-topology-source": "volcano"}))
+
+    def as_aggregator(*args: str, data: str | None = None) -> Any:
+        return installed.kubectl(*args, AGGREGATOR, input=data, check=False)
+
+    deadline = time.monotonic() + 20  # the API server loads a new policy within seconds
+    refused = as_aggregator("create", "-f", "-", data=_hypernode(unlabelled, {}))
+    while refused.returncode == 0 and time.monotonic() < deadline:
+        installed.kubectl("delete", "hypernode", unlabelled, "--ignore-not-found")
+        time.sleep(0.5)
+        refused = as_aggregator("create", "-f", "-", data=_hypernode(unlabelled, {}))
+    assert refused.returncode != 0 and "hypertopo-aggregator may write only hypernodes labelled " in refused.stderr
+    adopt = as_aggregator("label", "hypernode", theirs, "--overwrite", "volcano.sh/network-topology-source=hypertopo",
+                          "app.kubernetes.io/managed-by=hypertopo")  # fmt: skip
+    assert adopt.returncode != 0 and f"{theirs} is not hypertopo's" in adopt.stderr, adopt.stderr
+    delete = as_aggregator("delete", "hypernode", theirs)
+    assert delete.returncode != 0 and f"{theirs} is not hypertopo's" in delete.stderr, delete.stderr
+    assert as_aggregator("create", "-f", "-", data=_hypernode(ours, OWNER_LABELS)).returncode == 0
+    unlabel = as_aggregator("label", "hypernode", ours, "app.kubernetes.io/managed-by-")
+    assert unlabel.returncode != 0 and "may write only hypernodes labelled" in unlabel.stderr, unlabel.stderr
+    assert as_aggregator("delete", "hypernode", ours).returncode == 0
+    assert installed.kubectl("get", "hypernode", theirs).returncode == 0  # Volcano's is untouched
+    installed.kubectl("delete", "hypernode", theirs)

@@ -5,6 +5,7 @@ values, passes a server-side dry run on the test API server, and its values do w
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from realparts import missing
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "hypertopo"
 NS = "hypertopo-system"
+AGENT_NS = "hypertopo-agent"
+RELEASE_NAMESPACE = ("Namespace", "", NS)  # rendered only with namespace.create=true
 
 
 @pytest.fixture(scope="module")
@@ -83,19 +86,20 @@ def test_helm_lint_passes(helm: str) -> None:
 
 def test_default_values_render_the_kustomize_install(helm: str, kubectl: str) -> None:
     kustomize = _kustomize(kubectl, "daemonset")
-    without_namespace = {k: v for k, v in kustomize.items() if k[0] != "Namespace"}
+    without_namespace = {k: v for k, v in kustomize.items() if k != RELEASE_NAMESPACE}
     assert _differences(_template(helm), without_namespace) == []
     assert _differences(_template(helm, "namespace.create=true"), kustomize) == []
 
 
 def test_monitoring_on_adds_the_monitoring_kustomization(helm: str, kubectl: str) -> None:
     want = {**_kustomize(kubectl, "daemonset"), **_kustomize(kubectl, "daemonset/monitoring")}
-    want = {k: v for k, v in want.items() if k[0] != "Namespace"}
+    want = {k: v for k, v in want.items() if k != RELEASE_NAMESPACE}
     assert _differences(_template(helm, "monitoring.enabled=true"), want) == []
 
 
 def _container(objects: dict[Any, Any], kind: str, name: str) -> dict[str, Any]:
-    pod: dict[str, Any] = objects[(kind, NS, name)]["spec"]["template"]["spec"]
+    namespace = AGENT_NS if kind == "DaemonSet" else NS
+    pod: dict[str, Any] = objects[(kind, namespace, name)]["spec"]["template"]["spec"]
     return pod
 
 
@@ -112,8 +116,9 @@ def test_values_set_image_placement_opt_ins_and_thresholds(helm: str) -> None:
     assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert agent["tolerations"] == [{"operator": "Exists"}]
     args = _container(objects, "Deployment", "hypertopo-aggregator")["containers"][0]["args"]
-    assert args == ["--namespace=$(POD_NAMESPACE)", "--listen=0.0.0.0:9731", "--node-labels", "--taint-unhealthy",
-                    "--ready-threshold=0.25", "--degraded-threshold=2", "--hold-down=10"]
+    assert args == ["--namespace=$(POD_NAMESPACE)", "--listen=0.0.0.0:9731", "--agent-namespace=hypertopo-agent",
+                    "--node-labels", "--taint-unhealthy", "--ready-threshold=0.25", "--degraded-threshold=2",
+                    "--hold-down=10"]
     assert not any(k[2] == "hypertopo-scheduler" for k in objects)
     tolerated = _template(helm, "agent.tolerations=null")
     assert "tolerations" not in _container(tolerated, "DaemonSet", "hypertopo-agent")
@@ -121,7 +126,8 @@ def test_values_set_image_placement_opt_ins_and_thresholds(helm: str) -> None:
 
 @pytest.mark.apiserver
 def test_the_rendered_chart_passes_a_server_side_dry_run(helm: str, apiserver: ControlPlane) -> None:
-    apiserver.kubectl("create", "namespace", NS, check=False)
+    for namespace in (NS, AGENT_NS):  # a dry run creates no namespace for the objects in it
+        apiserver.kubectl("create", "namespace", namespace, check=False)
     rendered = subprocess.run([helm, "template", "hypertopo", str(CHART), "--namespace", NS,
                                "--set", "aggregator.nodeLabels=true"],
                               capture_output=True, text=True, check=True, timeout=120).stdout
@@ -133,3 +139,45 @@ def test_the_readme_puts_the_helm_install_next_to_the_kustomize_one() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     install = readme[readme.index("## Install"):][:1500]
     assert "helm install hypertopo charts/hypertopo" in install and "kubectl apply -k daemonset/" in install
+
+
+NODE_MARKS = {("ClusterRole", "", "hypertopo-aggregator-node-marks"),
+              ("ClusterRoleBinding", "", "hypertopo-aggregator-node-marks")}  # fmt: skip
+
+
+def test_node_patch_is_granted_only_with_a_node_mark_value_as_the_kustomize_component_does(
+    helm: str, kubectl: str, tmp_path: Path
+) -> None:
+    assert not NODE_MARKS & _template(helm).keys()  # default: no Node patch
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(REPO / "daemonset", overlay)],
+        "components": [os.path.relpath(REPO / "daemonset" / "components" / "node-marks", overlay)]}))  # fmt: skip
+    with_component = _objects(subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True,
+                                             check=True).stdout)  # fmt: skip
+    chart = _template(helm, "aggregator.nodeLabels=true")
+    aggregator = ("Deployment", NS, "hypertopo-aggregator")  # differs by the flag itself
+    assert _differences({k: v for k, v in chart.items() if k != aggregator},
+                        {k: v for k, v in with_component.items() if k not in (aggregator, RELEASE_NAMESPACE)}) == []
+    taint_only = _template(helm, "aggregator.taintUnhealthy=true")
+    rules = taint_only[("ClusterRole", "", "hypertopo-aggregator-node-marks")]["rules"]
+    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]  # no Kueue without labels
+
+
+def test_values_move_the_agent_and_its_address(helm: str) -> None:
+    objects = _template(helm, "agent.namespace=gpu-agents", "agent.listenAddress=0.0.0.0")
+    agent = objects[("DaemonSet", "gpu-agents", "hypertopo-agent")]["spec"]["template"]["spec"]["containers"][0]
+    assert "--listen=0.0.0.0:9730" in agent["args"]
+    assert objects[("Namespace", "", "gpu-agents")]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == (
+        "privileged")
+    binding = objects[("ClusterRoleBinding", "", "hypertopo-agent")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hypertopo-agent", "namespace": "gpu-agents"}]
+    reads = objects[("RoleBinding", "gpu-agents", "hypertopo-aggregator-reads-agents")]
+    assert reads["subjects"] == [{"kind": "ServiceAccount", "name": "hypertopo-aggregator", "namespace": NS}]
+    args = objects[("Deployment", NS, "hypertopo-aggregator")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--agent-namespace=gpu-agents" in args
+    monitor = _template(helm, "agent.namespace=gpu-agents", "monitoring.enabled=true")[
+        ("PodMonitor", NS, "hypertopo-agent")]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-agents"]}

@@ -118,6 +118,8 @@ def test_lldpcli_keyvalue_holds_10000_mutations_and_publishes_only_what_it_reads
 
 UFM = listings(MODEL)
 UFM_GOOD = ufm.from_listings(UFM)
+UFM_BODIES = {listing: json.dumps(items).encode() for listing, items in UFM.items()}
+NODE_FACTS = {node: nodetopology.facts_of(report_for(MODEL, node)) for node in MODEL.nodes()}
 
 
 def _ufm_seeds() -> list[str]:
@@ -127,9 +129,9 @@ def _ufm_seeds() -> list[str]:
 
 def _ufm_graph() -> FabricGraph:
     graph = FabricGraph()
-    for node in MODEL.nodes():
+    for node, facts in NODE_FACTS.items():
         graph.add_node(node)
-        graph.set_node_facts(node, nodetopology.facts_of(report_for(MODEL, node)))
+        graph.set_node_facts(node, facts)
     return graph
 
 
@@ -137,7 +139,7 @@ def _read_ufm(text: str) -> object:
     """The poller's path: bodies decoded and parsed, remembered against the last good fabric, and
     merged into a graph with nodes."""
     name, _, body = text.partition("\n")
-    bodies = {listing: json.dumps(items).encode() for listing, items in UFM.items()}
+    bodies = dict(UFM_BODIES)
     bodies[name if name in bodies else "ports"] = body.encode("utf-8", "surrogatepass")
     fabric = ufm.remember(UFM_GOOD, ufm.from_bodies(bodies, active_only=len(text) % 2 == 0))
     ufm_graph.apply(_ufm_graph(), fabric)

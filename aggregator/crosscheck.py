@@ -50,6 +50,7 @@ DUPLICATE_GUID = "duplicate_guid"
 LLDP_DISPUTED = "lldp_disputed"
 SWITCH_TABLE_UNCONFIRMED = "switch_table_unconfirmed"
 REASONS = (NODE_NAME_MISMATCH, DUPLICATE_GUID, LLDP_DISPUTED, NVLINK_DISPUTED, NVLINK_OUTLIER, SWITCH_TABLE_UNCONFIRMED)
+_NONE: frozenset[str] = frozenset()
 __all__ = ["CAUSE", "REASONS", "authoritative", "settle", "settle_node"]
 
 
@@ -176,9 +177,10 @@ def settle_cabling(graph: FabricGraph) -> None:
         return
     known: frozenset[str] | None = None
     contested = {f.node for f in graph.findings if f.reason == SWITCH_TABLE_UNCONFIRMED}
+    declared, only_declared = graph.declared, not (graph.attached_by_guid or graph.attached_by_host)
     for node, facts in list(graph.facts.items()):
-        if not facts.switches:
-            continue
+        if not facts.switches or (only_declared and facts.switches <= declared.get(node, _NONE)):
+            continue  # nothing to say (the model's own view: the common case, no set to build)
         auth = authoritative(graph, node, facts)
         if not (auth or node in contested) or facts.switches <= auth:
             continue

@@ -111,9 +111,11 @@ def refuse_undeclared(graph: FabricGraph, node: str) -> None:
 
 def settle_cliques(graph: FabricGraph) -> None:
     """Every clique claim judged (see the module docstring); the outcome kept in `graph.cliques`."""
-    if graph.nvlink_declared:
-        for node in list(graph.facts):
-            refuse_undeclared(graph, node)
+    declared_of = graph.nvlink_declared
+    if declared_of:
+        for node, facts in list(graph.facts.items()):
+            if facts.nvlink and declared_of.get(node, facts.nvlink) != facts.nvlink:
+                refuse_undeclared(graph, node)
     book = graph.cliques = _claims(graph)
     declared = set(graph.nvlink_declared.values())
     for clique, nodes in book.claimants.items():
@@ -130,14 +132,20 @@ def settle_cliques(graph: FabricGraph) -> None:
 def _claims(graph: FabricGraph) -> CliqueBook:
     """Who claims which clique: by their reports, or by the model where a report names none."""
     book = CliqueBook()
-    nvlink_of, facts = graph.nvlink_of, graph.facts
-    for node in graph.nodes_in_order():
-        clique = nvlink_of(node)
+    declared, claim, before = graph.nvlink_declared, book.claim, book.before
+    for node, facts in graph.facts.items():
+        clique = facts.nvlink or declared.get(node)
         if clique:
-            book.claim[node] = clique
-            book.claimants.setdefault(clique, set()).add(node)
-            if node in facts:
-                book.before[node] = facts[node]
+            claim[node] = clique
+            before[node] = facts
+    claim.update((n, c) for n, c in declared.items() if n not in claim and n in graph.nodes)
+    claimants = book.claimants
+    for node, clique in claim.items():
+        found = claimants.get(clique)
+        if found is None:
+            claimants[clique] = {node}
+        else:
+            found.add(node)
     return book
 
 
@@ -145,9 +153,14 @@ def _judge(graph: FabricGraph, clique: str, nodes: Iterable[str], declared: bool
     """One clique judged: a lone claim set aside, outliers refused (`_refuse_outlier`); returns the
     members that stay, with their cabling as it stands."""
     nodes = sorted(nodes)
+    if not nodes:
+        return {}
     if len(nodes) == 1 and not declared:
         _set_clique(graph, nodes[0], None)  # a clique of one is no multi-node domain
         return {}
+    same = _cabled_alike(graph, nodes)
+    if same is not None:
+        return dict.fromkeys(nodes, same)  # one set of switches: nobody strays, no spread
     judged = {node: graph.attached_switches(node) for node in nodes}
     for node in sorted(clique_outliers(judged)):
         _refuse_outlier(graph, node, clique, judged)
@@ -156,6 +169,21 @@ def _judge(graph: FabricGraph, clique: str, nodes: Iterable[str], declared: bool
         else:
             del judged[node]
     return judged
+
+
+def _cabled_alike(graph: FabricGraph, nodes: list[str]) -> frozenset[str] | None:
+    """The one set of switches every member is cabled to, when their reports all name it and no
+    fabric source adds another (a rack as it should be, the common case: no set per member to
+    build); else None."""
+    facts, declared = graph.facts, graph.declared
+    if graph.attached_by_guid or graph.attached_by_host or nodes[0] not in facts:
+        return None
+    first = facts[nodes[0]].switches
+    for node in nodes:
+        found = facts.get(node)
+        if found is None or found.switches != first or not declared.get(node, first) <= first:
+            return None
+    return first
 
 
 def _refuse_outlier(graph: FabricGraph, node: str, clique: str, judged: Mapping[str, frozenset[str]]) -> None:

@@ -53,7 +53,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
     if args.source:
         if not tree.domains:
             print(f"(no HyperNode in {args.source}: `render` prints why on its stderr; the aggregator logs it "
-                  "and exports hypertopo_tree_empty_reason)")  # fmt: skip
+                  "and exports hypertopo_aggregator_tree_empty_reason)")  # fmt: skip
     else:
         for line in _live_explanation(args.kubeconfig, tree):
             print(line)

@@ -15,7 +15,7 @@ the Nodes'. This module names them, per node, from what the pipeline was given a
 
 `empty_reason` says why a tree has no HyperNode at all: `no_nodes`, `no_fabric_source` (nothing but
 the agents' LLDP, and no report names a switch), else the commonest reason above. The controller
-logs it and exports it as metrics (hypertopo_tree_empty_reason, hypertopo_nodes_unplaced); `render`
+logs it and exports it as metrics (hypertopo_aggregator_tree_empty_reason, hypertopo_aggregator_nodes_unplaced); `render`
 and `tree` print it. Pure: no I/O, and only the unplaced nodes are looked at, so a healthy tree of
 100,000 nodes costs one set difference.
 """
@@ -86,7 +86,7 @@ class Explanation:
                 out.append(f"{len(nodes)} of {self.nodes} nodes in no HyperNode: {TEXT[reason]}: {summarise(nodes)}")
         if out and self.fabric_sources is None:
             out.append("(which fabric sources the aggregator has is not known here: its log and the "
-                       "hypertopo_tree_empty_reason metric say what it sees)")  # fmt: skip
+                       "hypertopo_aggregator_tree_empty_reason metric say what it sees)")  # fmt: skip
         return out
 
 

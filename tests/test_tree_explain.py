@@ -6,7 +6,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -167,3 +170,22 @@ def test_a_reconcile_with_nothing_changed_keeps_the_last_explanation() -> None:
     told = narrator.observe(nodes=NODES, placed=placed, hypernodes=0, topologies=objects, changed={"node01"})
     assert told.unplaced[NO_DOMAIN] == ("node01",)
     assert narrator.observe(nodes=NODES, placed={}, hypernodes=0, topologies=objects, changed=()) is not told  # a new tree
+
+
+@pytest.mark.apiserver
+def test_the_live_tree_names_the_nodes_it_leaves_out_and_why(apiserver: Any, tmp_path: Path, unique: str) -> None:
+    """A Node whose agent reports no LLDP neighbour, on a real API server: `tree` says so by name."""
+    name = f"0-explain-{unique}"  # sorts first among the shared server's Nodes: among the names shown
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    report = node_topology_object(dataclasses.replace(deaf("node01"), node_name=name))
+    try:
+        apiserver.kubectl("apply", "-f", "-", input=yaml.safe_dump(node))
+        apiserver.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(report))
+        proc = subprocess.run([sys.executable, "-m", "aggregator", "tree"], capture_output=True, text=True,
+                              timeout=120, check=False, env={**apiserver.env(), "HOME": str(tmp_path)})  # fmt: skip
+    finally:
+        apiserver.kubectl("delete", "nodetopology", name, "--ignore-not-found")
+        apiserver.kubectl("delete", "node", name, "--ignore-not-found")
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stdout.splitlines() if "nodes in no HyperNode: " + tree_explain.TEXT[NO_NEIGHBOURS] in line]
+    assert len(said) == 1 and f": {name}" in said[0], proc.stdout

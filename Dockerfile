@@ -1,23 +1,60 @@
 # hypertopo: one image for the agent, the aggregator and the scheduler (the command picks the part).
 #   docker build -t ghcr.io/hypertopo/hypertopo:0.1.0 .
-# Stage 1 builds a wheel and its dependencies; stage 2 installs them into a slim runtime with no
-# compilers and no pip cache. The aggregator and scheduler run as UID 65532; the agent's manifest
-# runs it as root with every capability dropped except NET_RAW (raw LLDP sockets), no privileged.
+# Only the last stage ships, and it deletes nothing (no leftover layer):
+# - `lldpcli` builds lldpd's client from Debian's lldpd source (for --lldpd-socket): ~200 kB, libc
+#   only, mode 0755. Debian's binary package would bring ~95 MB (SNMP, Perl, ICU for libxml2), and
+#   its lldpcli is setuid _lldpd, executable only by group adm: root without CAP_DAC_OVERRIDE under
+#   no-new-privileges (the agent's securityContext) cannot run it.
+# - `build` installs the pinned, hash-checked dependencies (requirements/runtime.lock) and the
+#   hypertopo wheel (--no-deps) into the virtualenv /opt/hypertopo. The kubernetes client's asyncio
+#   half (kubernetes/aio, 68 MB), which hypertopo never imports, is left out.
+# The aggregator and scheduler run as UID 65532; the agent's manifest runs it as root with every
+# capability dropped except NET_RAW (raw LLDP sockets), not privileged.
+FROM python:3.11-slim-bookworm AS lldpcli
+WORKDIR /src
+# The source as Debian ships it: apt checks the .dsc and tarballs against the signed Sources index;
+# sha256sum re-checks them against the .dsc (a mirror without the upstream .asc fails `apt-get
+# source` after downloading the rest). Debian's two patches touch the daemon and zsh completion only.
+RUN (test ! -f /etc/apt/sources.list.d/debian.sources \
+      || sed -i 's/^Types: deb$/Types: deb deb-src/' /etc/apt/sources.list.d/debian.sources) \
+ && (test ! -f /etc/apt/sources.list \
+      || sed -n 's/^deb /deb-src /p' /etc/apt/sources.list > /etc/apt/sources.list.d/deb-src.list) \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev make pkg-config \
+ && (apt-get source --download-only lldpd || true) \
+ && awk '/^Checksums-Sha256:/{f=1;next} /^[^ ]/{f=0} f && $3 !~ /\.asc$/ {print $1"  "$3}' lldpd_*.dsc \
+    | sha256sum -c - \
+ && tar -xzf lldpd_*.orig.tar.gz && cd lldpd-*/ \
+ && ./configure -q --without-xml --without-readline --without-snmp --without-libbsd --without-seccomp \
+      --disable-shared --enable-static --disable-privsep --with-embedded-libevent \
+ && make -s -C src/compat \
+ && make -s -C src libcommon-daemon-lib.la libcommon-daemon-client.la \
+ && make -s -C src/lib \
+ && make -s -C src/client lldpcli \
+ && install -D -m 0755 -s src/client/lldpcli /out/usr/local/bin/lldpcli
+
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
+COPY requirements ./requirements
+# The build tools live in a venv of their own (a Debian python's pip refuses the system, PEP 668);
+# the shipped venv has no pip: the tools' pip installs into it (--python).
+RUN python3 -m venv /tmp/tools \
+ && /tmp/tools/bin/pip install --no-cache-dir --require-hashes --no-deps -r requirements/build.lock \
+ && python3 -m venv --without-pip /opt/hypertopo \
+ && /tmp/tools/bin/pip --python /opt/hypertopo/bin/python install --no-cache-dir --require-hashes --no-deps \
+      -r requirements/runtime.lock
 COPY pyproject.toml README.md ./
 COPY agent ./agent
 COPY aggregator ./aggregator
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN /tmp/tools/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /tmp/wheel . \
+ && /tmp/tools/bin/pip --python /opt/hypertopo/bin/python install --no-cache-dir --no-deps /tmp/wheel/*.whl \
+ && rm -rf /opt/hypertopo/lib/python3.*/site-packages/kubernetes/aio
 
 FROM python:3.11-slim-bookworm
-# lldpd provides lldpcli for reading a host lldpd through its mounted socket (optional source).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends lldpd \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=build /wheels /wheels
-RUN python -m pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
- && useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin hypertopo
+COPY --from=lldpcli /out/ /
+COPY --from=build /opt/hypertopo /opt/hypertopo
+ENV PATH=/opt/hypertopo/bin:$PATH
+RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin hypertopo
 USER 65532
 EXPOSE 9730 9731 9732
 ENTRYPOINT []

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares a fresh Debian machine for the test suite, idempotently:
 #   1. Debian packages for the real parts (lldpd, prometheus/promtool, iproute2, openssl, ...)
-#   2. a virtualenv in .venv with hypertopo and its test extras
+#   2. a virtualenv in .venv with hypertopo and its test extras, pinned with hashes by
+#      requirements/test.lock (requirements/update.sh regenerates the lock files)
 #   3. the control plane (kube-apiserver, kubectl, etcd), kwok, and Volcano (vc-scheduler,
 #      vc-controller-manager and its CRDs), built from the pinned Go modules in tests/controlplane
 #      and cached in ~/.cache/hypertopo (first run only); helm, built the same way; Kueue's and
@@ -26,8 +27,10 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "setup: creating .venv" >&2
   python3 -m venv .venv
 fi
-echo "setup: installing hypertopo[test] into .venv" >&2
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' >&2
+echo "setup: installing hypertopo[test] into .venv (pinned, hash-checked: requirements/*.lock)" >&2
+.venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
+  -r requirements/build.lock -r requirements/test.lock >&2
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >&2
 
 echo "setup: control plane" >&2
 bash tests/controlplane/build.sh >/dev/null

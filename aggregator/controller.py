@@ -41,11 +41,14 @@ from typing import Any, Protocol
 from agent.adapters.endpoints import serve
 from agent.adapters.informer import Informer
 from agent.command_line import CommandParser
+from agent.report import API_GROUP, API_VERSION
 from aggregator.adapters import kube as kubeapi
 from aggregator.adapters.kueue import TopologyClient
+from aggregator.graph import Finding
 from aggregator.kueue_topology import TopologyKeeper
 from aggregator.metrics import AggregatorMetrics
 from aggregator.node_marks import LABEL_MANAGER, NodeMarker
+from aggregator.placement.events import EventRecorder
 from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
 from aggregator.refusals import Refusals
 from aggregator.registry import add_source_arguments, load_sources
@@ -222,7 +225,8 @@ class Controller:
         self.warnings: tuple[str, ...] = ()  # the pipeline's warnings, as last logged
         self.narrator = Narrator(options.fabric_sources, options.fabric_pattern)  # why nodes are left out
         self.heap_frozen = False  # freeze_start_up_heap() ran after the first cycle
-        self.refusals = Refusals(metrics.registry)  # reports' claims the cross-checks refused
+        self.events = EventRecorder(kube, "hypertopo-aggregator", clock=time.monotonic)
+        self.refusals = Refusals(metrics.registry, on_new=self._refused)  # claims the cross-checks refused
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -237,6 +241,13 @@ class Controller:
     def stop(self) -> None:
         for informer in self.informers:
             informer.stop()
+        self.events.shutdown()
+
+    def _refused(self, finding: Finding) -> None:
+        """A Warning event on the NodeTopology whose claim was refused (`kubectl describe` shows why)."""
+        obj = self.topologies.snapshot().get(finding.node) or {"metadata": {"name": finding.node}}
+        self.events.record(obj, reason="ReportRefused", message=finding.text, kind="NodeTopology",
+                           api_version=f"{API_GROUP}/{API_VERSION}")  # fmt: skip
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers) and self.sources_ready()
@@ -470,9 +481,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def pipeline_compute(args: argparse.Namespace, sources: Sequence[Source] | None = None) -> Compute:
+def pipeline_compute(
+    args: argparse.Namespace, sources: Sequence[Source] | None = None, metrics: AggregatorMetrics | None = None
+) -> Compute:
     """The pure pipeline (aggregator.pipeline) fed with the live view plus the sources (loaded from
-    the options, as `render` loads them, unless given)."""
+    the options, as `render` loads them, unless given); `metrics` get the structural hold-down's
+    count of held nodes after each compute."""
     from aggregator.feed import PipelineFeed
     from aggregator.pipeline import Pipeline
 
@@ -487,7 +501,10 @@ def pipeline_compute(args: argparse.Namespace, sources: Sequence[Source] | None 
     feed = PipelineFeed(pipeline, sources, resync=args.resync, structural_hold=args.structural_hold_down)
 
     def compute(view: ClusterView, now: float) -> DesiredState:
-        return feed.compute(view.topologies, view.nodes, view.agent_ready, now, view.changed)
+        desired = feed.compute(view.topologies, view.nodes, view.agent_ready, now, view.changed)
+        if metrics is not None:
+            metrics.structure_held_nodes.set(feed.hold.holding)
+        return desired
 
     return compute
 
@@ -501,15 +518,15 @@ def _period(args: argparse.Namespace) -> float:
 def run(args: argparse.Namespace) -> int:
     """Runs the controller until SIGTERM/SIGINT; releases the lease on the way out; returns 0."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    metrics = AggregatorMetrics()
     try:
         sources = load_sources(args, live=True)
-        compute = pipeline_compute(args, sources)
+        compute = pipeline_compute(args, sources, metrics)
     except (OSError, ValueError) as exc:  # the sources' errors name the file and line
         from aggregator.cli import exit_code_of  # 1: a file, 2: an option's value
 
         log.error("hypertopo-aggregator run: %s", exc)
         return exit_code_of(exc)
-    metrics = AggregatorMetrics()
     try:
         kube = kubeapi.connect(args.kubeconfig, on_write=metrics.count_write)
     except ApiError as exc:

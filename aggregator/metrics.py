@@ -136,6 +136,12 @@ class AggregatorMetrics:
         self.nodes_unplaced = Gauge(
             f"{PREFIX}_nodes_unplaced", "Nodes in no HyperNode, by reason (aggregator.tree_explain)", ["reason"], registry=r
         )
+        self.structure_held_nodes = Gauge(
+            f"{PREFIX}_structure_held_nodes",
+            "Nodes whose report lost cabling (LLDP neighbours, RDMA devices, NVLink domain) and whose previous "
+            "structural facts are kept for --structural-hold-down (aggregator.structural_hold)",
+            registry=r,
+        )
 
     def count_write(self, verb: str, resource: str) -> None:
         self.api_writes.labels(verb=verb, resource=resource).inc()

@@ -65,6 +65,7 @@ class StructuralHold:
     def __init__(self, seconds: float = DEFAULT_SECONDS) -> None:
         self.seconds = seconds
         self._known: dict[str, _Known] = {}
+        self._holding: set[str] = set()  # nodes with a held fact: every cycle looks at these only
 
     def admit(self, name: str, report: NodeReport | None, now: float) -> NodeReport | None:
         """The report with the facts it lost within the hold-down put back (the very same object
@@ -81,29 +82,39 @@ class StructuralHold:
         held: dict[str, float] = dict(known.missing_since or {})
         facts = self._merge(name, report, known.facts, held, now)
         self._known[name] = _Known(report, facts, held or None)
+        if held:
+            self._holding.add(name)
+        else:
+            self._holding.discard(name)
         return facts
 
     def forget(self, name: str) -> None:
         self._known.pop(name, None)
+        self._holding.discard(name)
 
     def retain(self, names: Iterable[str]) -> None:
         """Forgets every node not in `names` (their reports are gone)."""
         keep = set(names)
         for name in [n for n in self._known if n not in keep]:
-            del self._known[name]
+            self.forget(name)
 
     def due(self, now: float) -> set[str]:
         """The nodes with a held fact whose hold-down has run out at `now`."""
-        return {name for name, known in self._known.items() if known.missing_since and self._expired(known, now)}
+        return {name for name in self._holding if self._expired(self._known[name], now)}
 
     def next_deadline(self) -> float | None:
         """When the earliest held fact runs out (None: nothing is held)."""
-        starts = [t for known in self._known.values() if known.missing_since for t in known.missing_since.values()]
+        starts = [t for name in self._holding for t in (self._known[name].missing_since or {}).values()]
         return min(starts) + self.seconds if starts else None
 
     def held(self) -> dict[str, list[str]]:
         """Node -> the facts held for it now ("lldp:ib0", "rdma", "nvlink")."""
-        return {name: sorted(k.missing_since) for name, k in self._known.items() if k.missing_since}
+        return {name: sorted(self._known[name].missing_since or ()) for name in sorted(self._holding)}
+
+    @property
+    def holding(self) -> int:
+        """How many nodes have a held fact now."""
+        return len(self._holding)
 
     def _expired(self, known: _Known, now: float) -> bool:
         return bool(known.missing_since) and any(

@@ -61,13 +61,14 @@ def test_lost_neighbours_are_kept_for_the_hold_down_then_the_report_is_believed(
     assert switches(held) == [("ib0", "leaf1"), ("ib1", "leaf2")]
     assert held is not None and held.health == restarted.health  # health is never held
     assert hold.held() == {"n1": ["lldp:ib0", "lldp:ib1"]} and hold.next_deadline() == 1121.0
+    assert hold.holding == 1
     assert hold.admit("n1", restarted, clock() + 60) is held  # unchanged: the same object, no rebuild
     clock.now = 1120.9
     assert hold.due(clock()) == set()
     clock.now = 1121.0
     assert hold.due(clock()) == {"n1"}
     assert switches(hold.admit("n1", restarted, clock())) == []
-    assert hold.next_deadline() is None and hold.held() == {}
+    assert hold.next_deadline() is None and hold.held() == {} and hold.holding == 0
 
 
 def test_a_frame_back_on_one_interface_ends_its_hold_and_the_other_stays_held() -> None:
@@ -170,3 +171,30 @@ def test_the_feed_without_a_hold_down_reshapes_at_once() -> None:
     cluster.reports[node] = dataclasses.replace(cluster.reports[node], lldp=())
     cluster.versions[node] += 1
     assert leaf_of(step(feed, cluster, 1.0, frozenset({node})), node) is None
+
+
+def test_the_controller_exports_how_many_nodes_are_held() -> None:
+    from aggregator.controller import ClusterView, build_parser, pipeline_compute
+    from aggregator.metrics import AggregatorMetrics
+
+    cluster = Cluster.of(MODEL)
+    metrics = AggregatorMetrics()
+    args = build_parser().parse_args(["--no-leader-election", "--structural-hold-down", "30"])
+    compute = pipeline_compute(args, sources(MODEL), metrics)
+
+    def held_gauge() -> float | None:
+        return metrics.registry.get_sample_value("hypertopo_aggregator_structure_held_nodes")
+
+    def view(changed: frozenset[str] | None) -> ClusterView:
+        return ClusterView(cluster.topologies(), cluster.nodes(), dict(cluster.agent_ready), changed)
+
+    compute(view(None), 0.0)
+    assert held_gauge() == 0
+    lost = sorted(MODEL.nodes())[:3]
+    for name in lost:
+        cluster.reports[name] = dataclasses.replace(cluster.reports[name], lldp=())
+        cluster.versions[name] += 1
+    compute(view(frozenset(lost)), 1.0)
+    assert held_gauge() == 3
+    compute(view(frozenset()), 31.0)
+    assert held_gauge() == 0

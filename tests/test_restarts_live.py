@@ -222,8 +222,10 @@ def settled(lab: Lab, hosts: list[str], tree: dict[str, tuple[str, frozenset[str
     for host in hosts:
         wait_for(lambda h=host: lab.restarted_agent_settled(h), timeout=60, interval=0.2,  # type: ignore[misc]
                  what=f"agent {host} restarted with its report carried over")  # fmt: skip
-    wait_for(lambda: lab.leader() is not None, timeout=30, what="a leading aggregator")
+    leader = wait_for(lab.leader, timeout=30, what="a leading aggregator")
     assert lab.tree() == tree
+    # the agents carried their reports over, so the aggregator never had to hold one
+    assert leader.metrics()["hypertopo_aggregator_structure_held_nodes"] == 0
 
 
 def test_a_rolling_restart_of_every_agent_deletes_no_hypernode(lab: Lab, kube: KubeClient) -> None:

@@ -13,7 +13,7 @@ findings; counted twice, a `sum` would double them).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
@@ -25,7 +25,11 @@ PREFIX = "hypertopo_aggregator"
 
 
 class Refusals:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    """`on_new(finding)`: called once for each refusal when it first appears (the controller writes
+    a Warning event on the refused report's NodeTopology)."""
+
+    def __init__(self, registry: CollectorRegistry, on_new: Callable[[Finding], None] = lambda _: None) -> None:
+        self.on_new = on_new
         self.refused = PromCounter(
             f"{PREFIX}_reports_refused",
             "Claims of NodeTopology reports refused by the cross-checks, counted when first seen, by reason",
@@ -46,8 +50,9 @@ class Refusals:
     def observe(self, findings: Iterable[Finding]) -> None:
         """One reconcile's findings: the new ones counted, the standing ones exported."""
         now = frozenset(findings)
-        for finding in now - self._seen:
+        for finding in sorted(now - self._seen):
             self.refused.labels(reason=finding.reason).inc()
+            self.on_new(finding)
         counts = Counter(f.reason for f in now)
         for reason in {*REASONS, *counts}:
             self.standing.labels(reason=reason).set(counts.get(reason, 0))

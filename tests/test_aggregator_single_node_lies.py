@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from agent.cluster_model import ClusterModel, load_model
 from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 from aggregator.adapters.ufm import UfmSource
 from aggregator.cli import main
+from aggregator.controller import Controller, Options
 from aggregator.crosscheck import (
     DUPLICATE_GUID,
     LLDP_DISPUTED,
@@ -28,6 +30,8 @@ from aggregator.crosscheck import (
     NVLINK_OUTLIER,
     SWITCH_TABLE_UNCONFIRMED,
 )
+from aggregator.graph import Finding
+from aggregator.metrics import AggregatorMetrics
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline
 from aggregator.refusals import Refusals
 from aggregator.sources import ufm
@@ -242,7 +246,8 @@ def test_refusals_are_counted_once_each_and_standing_ones_exported() -> None:
     lied = {**reports, "node05": reports["node01"]}  # node05's object with node01's spec
     desired = Pipeline().compute(ClusterInputs(lied, node_ready=dict.fromkeys(reports, True)), NOW)
     registry = CollectorRegistry()
-    refusals = Refusals(registry)
+    told: list[str] = []
+    refusals = Refusals(registry, on_new=lambda f: told.append(f.node))
 
     def value(name: str) -> float | None:
         return registry.get_sample_value(name, {"reason": NODE_NAME_MISMATCH})
@@ -252,6 +257,27 @@ def test_refusals_are_counted_once_each_and_standing_ones_exported() -> None:
         refusals.observe(desired.findings)
     assert value("hypertopo_aggregator_reports_refused_total") == 1
     assert value("hypertopo_aggregator_refused_claims") == 1
+    assert told == ["node05"]  # one event for the refused report, not one per reconcile
     refusals.observe(())  # the report fixed
     assert value("hypertopo_aggregator_refused_claims") == 0
     assert value("hypertopo_aggregator_reports_refused_total") == 1
+
+
+def test_the_controller_writes_one_warning_event_on_a_refused_nodetopology() -> None:
+    posted: list[dict[str, Any]] = []
+    written = threading.Event()
+
+    class Kube:  # the one call the refusal makes of the API
+        def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+            posted.append(body)
+            written.set()
+
+    controller = Controller(Kube(), lambda *_: None, options=Options(), metrics=AggregatorMetrics())  # type: ignore[arg-type]
+    refused = Finding("node05", NODE_NAME_MISMATCH, "NodeTopology node05: spec.nodeName is 'node01' ...")
+    for _ in range(3):  # three reconciles
+        controller.refusals.observe([refused])
+    assert written.wait(10)
+    controller.stop()  # the event pool drained
+    assert [(e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"], e["type"]) for e in posted] == [
+        ("NodeTopology", "node05", "ReportRefused", "Warning")
+    ]

@@ -155,7 +155,8 @@ def test_an_agent_without_cap_net_raw_publishes_lldp_failed_with_the_reason(apis
     require_root()
     no_net_raw = (require_binary("setpriv"), "--bounding-set=-net_raw", "--inh-caps=-net_raw", "--")
     node = f"agent-noraw-{unique}"
-    with agent_process(apiserver, node, wrapper=no_net_raw):
+    # every interface: this host's NICs are no fabric NICs of the fixture sysfs the agent reads
+    with agent_process(apiserver, node, "--interfaces", "all", wrapper=no_net_raw):
         api = KubeApi.from_config(str(apiserver.kubeconfig))
 
         def lldp_health() -> Any:

@@ -41,11 +41,14 @@ from typing import Any, Protocol
 from agent.adapters.endpoints import serve
 from agent.adapters.informer import Informer
 from agent.command_line import CommandParser
+from agent.report import API_GROUP, API_VERSION
 from aggregator.adapters import kube as kubeapi
 from aggregator.adapters.kueue import TopologyClient
+from aggregator.graph import Finding
 from aggregator.kueue_topology import TopologyKeeper
 from aggregator.metrics import AggregatorMetrics
 from aggregator.node_marks import LABEL_MANAGER, NodeMarker
+from aggregator.placement.events import EventRecorder
 from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
 from aggregator.refusals import Refusals
 from aggregator.registry import add_source_arguments, load_sources
@@ -222,7 +225,8 @@ class Controller:
         self.warnings: tuple[str, ...] = ()  # the pipeline's warnings, as last logged
         self.narrator = Narrator(options.fabric_sources, options.fabric_pattern)  # why nodes are left out
         self.heap_frozen = False  # freeze_start_up_heap() ran after the first cycle
-        self.refusals = Refusals(metrics.registry)  # reports' claims the cross-checks refused
+        self.events = EventRecorder(kube, "hypertopo-aggregator", clock=time.monotonic)
+        self.refusals = Refusals(metrics.registry, on_new=self._refused)  # claims the cross-checks refused
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -237,6 +241,13 @@ class Controller:
     def stop(self) -> None:
         for informer in self.informers:
             informer.stop()
+        self.events.shutdown()
+
+    def _refused(self, finding: Finding) -> None:
+        """A Warning event on the NodeTopology whose claim was refused (`kubectl describe` shows why)."""
+        obj = self.topologies.snapshot().get(finding.node) or {"metadata": {"name": finding.node}}
+        self.events.record(obj, reason="ReportRefused", message=finding.text, kind="NodeTopology",
+                           api_version=f"{API_GROUP}/{API_VERSION}")  # fmt: skip
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers) and self.sources_ready()

@@ -537,3 +537,55 @@ def test_the_aggregator_may_write_only_hypernodes_labelled_as_hypertopos(install
     assert as_aggregator("delete", "hypernode", ours).returncode == 0
     assert installed.kubectl("get", "hypernode", theirs).returncode == 0  # Volcano's is untouched
     installed.kubectl("delete", "hypernode", theirs)
+
+
+def test_with_node_marks_the_aggregator_may_change_only_hypertopos_marks_on_nodes(
+    installed: ControlPlane, unique: str, tmp_path: Path
+) -> None:
+    """components/node-marks grants Node patch, and its policy keeps the aggregator's Node writes
+    to hypertopo.io/ labels, annotations and taints: no other mark, no cordon."""
+    overlay = tmp_path / "node-marks"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(REPO / "daemonset", overlay)],
+        "components": [os.path.relpath(REPO / "daemonset" / "components" / "node-marks", overlay)]}))  # fmt: skip
+    node = f"node-marks-{unique}"
+    installed.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": node, "labels": {"team": "ml"}}, "spec": {"taints": [
+            {"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}))  # fmt: skip
+    try:
+        installed.kubectl("apply", "--server-side", "-k", str(overlay))
+
+        def as_aggregator(*args: str) -> Any:
+            return installed.kubectl(*args, AGGREGATOR, check=False)
+
+        deadline = time.monotonic() + 20  # RBAC and the policy are loaded within seconds
+        refused = as_aggregator("label", "node", node, "team=other", "--overwrite")
+        while "may change only hypertopo.io/ labels" not in refused.stderr and time.monotonic() < deadline:
+            installed.kubectl("label", "node", node, "team=ml", "--overwrite")
+            time.sleep(0.5)
+            refused = as_aggregator("label", "node", node, "team=other", "--overwrite")
+        assert refused.returncode != 0 and f"may change only hypertopo.io/ labels on Node {node}" in refused.stderr
+        for allowed in (("label", "node", node, "hypertopo.io/leaf=leaf-1"),
+                        ("annotate", "node", node, "hypertopo.io/fabric-degraded=2024-01-01T00:00:00Z"),
+                        ("taint", "node", node, "hypertopo.io/fabric-unhealthy=true:NoSchedule")):  # fmt: skip
+            proc = as_aggregator(*allowed)
+            assert proc.returncode == 0, proc.stderr
+        for args, message in (
+            (("label", "node", node, "team-"), "labels"),
+            (("annotate", "node", node, "example.com/x=1"), "annotations"),
+            (("taint", "node", node, "nvidia.com/gpu:NoSchedule-"), "taints"),
+            (("cordon", node), "may not cordon"),
+        ):
+            proc = as_aggregator(*args)  # (kubectl cordon exits 0 when refused: the stored Node says)
+            assert "denied request: hypertopo-aggregator" in proc.stderr and message in proc.stderr, (args, proc.stderr)
+        stored = json.loads(installed.kubectl("get", "node", node, "-o", "json").stdout)
+        assert stored["metadata"]["labels"]["team"] == "ml" and not stored["spec"].get("unschedulable")
+        taints = {t["key"] for t in stored["spec"]["taints"]} - {"node.kubernetes.io/not-ready"}  # the API server's
+        assert taints == {"nvidia.com/gpu", "hypertopo.io/fabric-unhealthy"}
+    finally:  # the base again: no Node patch for the tests after this one
+        for kind in ("clusterrolebinding", "clusterrole", "validatingadmissionpolicybinding",
+                     "validatingadmissionpolicy"):  # fmt: skip
+            installed.kubectl("delete", kind, "hypertopo-aggregator-node-marks", "--ignore-not-found")
+        installed.kubectl("delete", "node", node, "--ignore-not-found")

@@ -157,7 +157,7 @@ def parse_model(data: Any) -> ClusterModel:
     if not isinstance(data, Mapping):
         raise ModelError("model must be a mapping with 'switches' and 'blocks'")
     try:
-        check_tree(data, "model", max_items=MAX_NODES)
+        check_tree(data, "model", max_items=4 * MAX_NODES, shared=True)  # YAML aliases: yaml_codec refuses them
     except InputLimitError as exc:
         raise ModelError(str(exc)) from None
     raw_switches = data.get("switches") or {}

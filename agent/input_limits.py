@@ -93,12 +93,14 @@ def visible(text: str) -> str:
 
 
 def check_tree(
-    value: Any, what: str, *, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS, max_text: int = MAX_TEXT
+    value: Any, what: str, *, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS, max_text: int = MAX_TEXT,
+    shared: bool = False,
 ) -> None:
     """Raises InputLimitError when a decoded document nests deeper than `max_depth`, holds more than
     `max_items` values or a string longer than `max_text`, or holds one container twice (YAML
-    aliases: a 5 KB document can name one list a billion times over). Iterative: a walk of the
-    document's own size, whatever its shape."""
+    aliases: a 5 KB document can name one list a billion times over; `shared` allows it for data
+    built in Python, whose walk `max_items` still bounds). Iterative: a walk of the document's own
+    size, whatever its shape."""
     seen: set[int] = set()
     stack: list[tuple[Any, int, str]] = [(value, 0, "")]
     count = 0
@@ -115,7 +117,7 @@ def check_tree(
             continue
         if depth >= max_depth:
             raise InputLimitError(f"{what}{path}: nested deeper than {max_depth} levels")
-        if id(node) in seen:
+        if not shared and id(node) in seen:
             raise InputLimitError(f"{what}{path}: the same value used twice (YAML aliases are not accepted)")
         seen.add(id(node))
         stack.extend(_children(node, depth + 1, path, what, max_text))

@@ -11,6 +11,7 @@ sampled with a fixed seed (tests/fabric_perturb.py), so a failure names one repr
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,11 @@ from fabric_perturb import (
     render,
     with_stray_leaf,
 )
+
+from aggregator.pipeline import ClusterInputs, Pipeline
+from aggregator.sources import ibnetdiscover
+
+NOW = 1_700_000_000
 
 DUMPS = [
     "ibtopotool_1.topo",
@@ -83,3 +89,38 @@ def test_the_damage_checks_catch_a_renamed_hypernode() -> None:
     )
     undeclared = type(p)(p.family, p.label, p.fabric)
     assert changes(base, undeclared, Snapshot.of(render(p.fabric)))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "loginoff_stage_cluster_2014.topo",
+        "ports/hwloc_avakas_ib-subnet-fe80-0000.txt",
+        "ports/hwloc_plafrim_ib-subnet-fe80-0000.txt",
+    ],
+)
+def test_a_dump_rendered_for_some_of_its_hosts_names_and_ranks_as_for_all(
+    shared_data: Path, name: str
+) -> None:
+    """`render --nodes` without agents: the Nodes are some of the dump's hosts (storage, login and
+    management hosts are on the fabric, no Nodes), matched by name. Every HyperNode is one of the
+    full render's, with its tierName and its nodes less the hosts that are no Nodes."""
+    fabric = ibnetdiscover.parse_file(str(shared_data / "ibnetdiscover" / name))
+
+    def objects(nodes: set[str]) -> Snapshot:
+        inputs = ClusterInputs(reports={}, node_ready=dict.fromkeys(nodes, True), fabric=fabric)
+        return Snapshot.of(Pipeline().compute(inputs, now=NOW).hypernodes)
+
+    hosts = sorted(ibnetdiscover.host_of(n.description) or "" for n in fabric.cas())
+    hosts = sorted({h for h in hosts if h})
+    full = objects(set(hosts))
+    assert len(full.views) > 3
+    rng = random.Random(name)
+    for share in (0.3, 0.5, 0.8):
+        some = set(rng.sample(hosts, int(len(hosts) * share)))
+        part = objects(some)
+        assert part.views
+        for hypernode, view in part.views.items():
+            assert hypernode in full.views, hypernode
+            assert view.tier_name == full.views[hypernode].tier_name, hypernode
+            assert view.nodes == full.views[hypernode].nodes & some, hypernode

@@ -8,6 +8,8 @@ Objective, in order:
 3. best fit: among domains, the one left with the least spare capacity; among leaves and nodes,
    "the smallest that covers what is left, else the largest", which keeps big holes whole;
 4. names break the remaining ties, so the same input gives the same answer.
+Which pod takes which chosen slot is `ranks.in_fabric_order`: pods in rank order on nodes in fabric
+order, so consecutive ranks share the lowest domain.
 
 Given a `FreeIndex` (free capacity with per-domain aggregates kept as pods bind and leave),
 `indexed.place` reads the same answer from the aggregates, touching only the domains and leaves
@@ -26,7 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from aggregator.placement import indexed
+from aggregator.placement import indexed, ranks
 from aggregator.placement.capacity import Capacity, cover, leaf_key, leaves_in, measure
 from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
@@ -61,14 +63,14 @@ def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,
         found = indexed.place(topology, free, gang, tier_order(topology, limit, gang.mode),
                               excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
         if found is not None:
-            return describe(topology, found)
+            return describe(topology, found)  # in rank order already
     capacity = measure(topology, free, gang, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
     ask = _Ask(topology, free, gang, capacity, frozenset(gang.running.values()), _allowed(topology, gang))
     for tier in tier_order(topology, limit, gang.mode):
         for domain in ranked(ask, tier):
             assignments = _allocate(ask, domain)
             if assignments is not None:
-                return describe(topology, assignments, ask.anchors)
+                return describe(topology, ranks.in_fabric_order(topology, assignments, gang.pods), ask.anchors)
     return Placement({}, failure=_explain(ask, limit))
 
 
@@ -174,11 +176,10 @@ def _allocate(ask: _Ask, domain: str) -> dict[str, str] | None:
     """Pod -> node inside `domain`, or None when a mixed-shape gang does not really fit there."""
     target = min(ask.capacity.domain_cap.get(domain, 0), len(ask.gang.pods))
     slots = _slots(ask, domain, target)
-    pods = sorted(ask.gang.pods, key=lambda p: (p.request, p.name), reverse=True) \
-        if not ask.gang.homogeneous else sorted(ask.gang.pods, key=lambda p: p.name)
-    if ask.gang.homogeneous:
-        names = iter(pods)
+    if ask.gang.homogeneous:  # which pod takes which slot: `ranks.in_fabric_order` decides
+        names = iter(ask.gang.pods)
         return {next(names).name: node for node, share in slots for _ in range(share)}
+    pods = sorted(ask.gang.pods, key=lambda p: (p.request, p.name), reverse=True)
     return _pack_mixed(ask, domain, pods, slots)
 
 

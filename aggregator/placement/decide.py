@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import core, degraded, nested, subgroups, volcano
+from aggregator.placement import core, degraded, nested, ranks, subgroups, volcano
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec, Unplaceable, limits_from_annotations
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.resources import Resources, pod_request
@@ -111,7 +111,7 @@ def core_gang(view: GangView, usable_anchor: Mapping[PodKey, str],
     and the placed members as anchors (re-placement stays close to the rest of the gang).
     `request_of`: a pod's request (the live state's cached parse: it charges the same pods)."""
     limits = gang_limits(view)
-    pods = tuple(PodSpec(_spec_name(pod_key(p)), request_of(p)) for p in view.pending)
+    pods = tuple(PodSpec(_spec_name(pod_key(p)), request_of(p), ranks.pod_rank_key(p)) for p in view.pending)
     required = max(1, view.min_member - len(view.placed))
     return Gang(
         name=_spec_name(view.key),

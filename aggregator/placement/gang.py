@@ -12,6 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from aggregator.placement.ranks import RankKey
 from aggregator.placement.resources import Resources
 
 MODE_ANNOTATION = "volcano.sh/network-topology-mode"
@@ -29,6 +30,7 @@ class Mode(enum.StrEnum):
 class PodSpec:
     name: str
     request: Resources
+    rank: RankKey | None = None  # `ranks.pod_rank_key` of the pod; None = from the name alone
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ It answers a single-shape gang with no running pods and no preferred nodes: from
 its GPU size when GPUs bind first (`FreeIndex.gpu_bound`), else from the index of its exact
 request (CPU-only pods among them). Everything else returns None and `core` counts the classic
 way. Excluded nodes and domains are taken out of the index for
-the decision and put back after it. Pure.
+the decision and put back after it. Pods take the chosen slots in rank order (`ranks`). Pure.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from aggregator.placement import ranks
 from aggregator.placement.capacity import cover
 from aggregator.placement.free_index import FreeIndex, ShapeIndex
 from aggregator.placement.gang import ROOT, Gang
@@ -79,7 +80,8 @@ def place(topology: Topology, index: FreeIndex, gang: Gang, tiers: Iterable[int]
         for tier in tiers:
             best = _best(shape, tier, total, required)
             if best is not None:
-                return _allocate(shape, best, gang, min(shape.domain_cap[best], total))
+                found = _allocate(shape, best, gang, min(shape.domain_cap[best], total))
+                return ranks.in_fabric_order(topology, found, gang.pods)
     return None
 
 
@@ -155,7 +157,7 @@ def _allocate(shape: ShapeIndex, domain: str, gang: Gang, target: int) -> dict[s
         left[cap] -= 1
         if not left[cap]:
             del left[cap]
-    pods = iter(sorted(gang.pods, key=lambda p: p.name))
+    pods = iter(gang.pods)  # which pod takes which slot: `ranks.in_fabric_order`, in `place`
     out: dict[str, str] = {}
     for leaf, share in picks:
         for node, count in cover(((n, shape.node_cap[n], False) for n in shape.nodes_of(leaf)), share):

@@ -1,0 +1,160 @@
+"""Ranks in fabric order: which pod of a gang goes to which of the nodes the core chose.
+
+Why: NCCL (and MPI launchers) chain nodes into rings in rank order, so every place where
+consecutive ranks sit in different NVLink cliques, leaves or spines puts a ring hop on the slower
+fabric. Matching pods to nodes by name string (`w-10` before `w-2`) crossed boundaries needlessly.
+
+A pod's rank key comes from its index, where the workload controller wrote one:
+`volcano.sh/task-index` (within its `volcano.sh/task-spec` task), Kubernetes Indexed Jobs'
+`batch.kubernetes.io/job-completion-index`, JobSet's `jobset.sigs.k8s.io/job-global-index` or
+`job-index` (before the completion index), Kubeflow's `training.kubeflow.org/replica-index`
+(masters and launchers before workers); else the trailing number of the pod's name, numerically;
+the name (natural order) breaks ties.
+
+Nodes are taken in fabric order: by their HyperNode at every tier from the top down, then by node
+name, all in natural order (`node-2` before `node-10`). Every domain's nodes are then contiguous,
+so the domain boundaries crossed in rank order are, at every tier, the domains used minus one:
+the fewest possible for that node set. A node with k slots takes k consecutive ranks. Only the
+pod -> node matching changes, never the nodes chosen or how many pods each takes. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from aggregator.placement.topology import Topology
+
+__all__ = ["RankKey", "crossings", "fabric_key", "in_fabric_order", "minimum_crossings", "name_key",
+           "natural", "pod_rank_key"]
+
+Natural = tuple[tuple[str, int], ...]
+# (leader first, task/replica group, job index, unindexed, index, name)
+RankKey = tuple[int, Natural, int, int, int, Natural]
+
+TASK_INDEX = "volcano.sh/task-index"
+TASK_SPEC = "volcano.sh/task-spec"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+JOBSET_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+REPLICA_INDEX = "training.kubeflow.org/replica-index"
+REPLICA_TYPE = "training.kubeflow.org/replica-type"
+LEADERS = frozenset({"master", "launcher", "chief", "leader", "driver", "coordinator"})
+
+_DIGITS = re.compile(r"(\d+)")
+_TRAILING = re.compile(r"(\d+)\D*$")
+
+
+class _Pod(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def request(self) -> Any: ...
+
+    @property
+    def rank(self) -> RankKey | None: ...
+
+
+def natural(text: str) -> Natural:
+    """`w-2` before `w-10`: (text, number) pairs, so numbers compare as numbers."""
+    parts = _DIGITS.split(text)
+    pairs = tuple((parts[i], int(parts[i + 1]) if i + 1 < len(parts) else -1) for i in range(0, len(parts), 2))
+    return (*pairs, (text, -2))  # the text itself last: `n01` and `n1` stay apart
+
+
+def _index(value: str | None) -> int | None:
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
+def name_key(name: str) -> RankKey:
+    """A rank key from the name alone: its trailing number, then the name."""
+    found = _TRAILING.search(name)
+    return (1, (), 0, 0 if found else 1, int(found.group(1)) if found else 0, natural(name))
+
+
+def pod_rank_key(pod: Mapping[str, Any]) -> RankKey:
+    """The rank key of a pod object (labels and annotations read alike; a bad value is ignored)."""
+    meta = pod.get("metadata") or {}
+    tags = {**(meta.get("annotations") or {}), **(meta.get("labels") or {})}
+    name = str(meta.get("name") or "")
+    fallback = name_key(name)
+    role = str(tags.get(REPLICA_TYPE) or tags.get(TASK_SPEC) or "")
+    leader = 0 if role.lower() in LEADERS else 1
+    group = natural(role.lower() if role else str(tags.get(JOBSET_REPLICATED_JOB) or ""))
+    global_index = _index(tags.get(JOBSET_GLOBAL_INDEX))
+    job = global_index if global_index is not None else _index(tags.get(JOBSET_JOB_INDEX)) or 0
+    for key in (TASK_INDEX, COMPLETION_INDEX, REPLICA_INDEX):
+        index = _index(tags.get(key))
+        if index is not None:
+            return (leader, group, job, 0, index, fallback[5])
+    return (leader, group, job, *fallback[3:])
+
+
+def fabric_key(topology: Topology, node: str, cache: dict[str | None, tuple[Natural, ...]] | None = None,
+               ) -> tuple[tuple[Natural, ...], Natural]:
+    """A node's place in the fabric: its HyperNode at every tier, top tier first (`()` where it
+    has none, so those sort first and every domain stays contiguous), then its own name."""
+    leaf = topology.node_leaf.get(node)
+    path = cache.get(leaf) if cache is not None else None
+    if path is None:
+        at = {topology.domains[d].tier: d for d in topology.chains.get(leaf, ())} if leaf is not None else {}
+        path = tuple(natural(at[t]) if t in at else () for t in reversed(topology.tiers))
+        if cache is not None:
+            cache[leaf] = path
+    return path, natural(node)
+
+
+def in_fabric_order(topology: Topology, assignments: Mapping[str, str], pods: Sequence[_Pod]) -> dict[str, str]:
+    """The same nodes, each taking as many pods of each request as in `assignments`, with pods in
+    rank order on nodes in fabric order. Per request shape, so every pod still fits its node; when
+    not every pod was placed, the lowest ranks are."""
+    if len(assignments) <= 1:
+        return dict(assignments)
+    by_name = {p.name: p for p in pods}
+    shapes: dict[Any, list[_Pod]] = {}
+    for pod in pods:
+        shapes.setdefault(pod.request, []).append(pod)
+    cache: dict[str | None, tuple[Natural, ...]] = {}
+    keys: dict[str, tuple[tuple[Natural, ...], Natural]] = {}
+    out: dict[str, str] = {}
+    for members in shapes.values():
+        slots = [node for name, node in assignments.items() if by_name[name].request == members[0].request] \
+            if len(shapes) > 1 else list(assignments.values())
+        for node in slots:
+            if node not in keys:
+                keys[node] = fabric_key(topology, node, cache)
+        slots.sort(key=keys.__getitem__)
+        ranked = sorted(members, key=lambda p: p.rank or name_key(p.name))
+        out.update(zip((p.name for p in ranked), slots, strict=False))
+    return out
+
+
+def crossings(topology: Topology, nodes_in_rank_order: Iterable[str]) -> dict[int, int]:
+    """Tier -> how often consecutive ranks sit in different HyperNodes of that tier (a rank with
+    no HyperNode at the tier counts as its own domain)."""
+    tiers = topology.tiers
+    out = dict.fromkeys(tiers, 0)
+    previous: dict[int, str] | None = None
+    for node in nodes_in_rank_order:
+        leaf = topology.node_leaf.get(node)
+        at = {topology.domains[d].tier: d for d in topology.chains.get(leaf, ())} if leaf is not None else {}
+        current = {t: at.get(t, f"(none:{node})") for t in tiers}
+        if previous is not None:
+            for t in tiers:
+                out[t] += current[t] != previous[t]
+        previous = current
+    return out
+
+
+def minimum_crossings(topology: Topology, nodes: Iterable[str]) -> dict[int, int]:
+    """Tier -> the fewest crossings any rank order over `nodes` can have: domains used minus one."""
+    used: dict[int, set[str]] = {t: set() for t in topology.tiers}
+    for node in set(nodes):
+        leaf = topology.node_leaf.get(node)
+        at = {topology.domains[d].tier: d for d in topology.chains.get(leaf, ())} if leaf is not None else {}
+        for t in used:
+            used[t].add(at.get(t, f"(none:{node})"))
+    return {t: max(0, len(domains) - 1) for t, domains in used.items()}

@@ -3,7 +3,10 @@
 On RoCE fabrics there is no subnet manager to ask; but network operating systems that run lldpd
 (SONiC, Cumulus) can export `lldpcli -f json0 show neighbors`, one file per switch. Each
 neighbour that is itself a switch (it announces the Bridge or Router capability, or is not a known
-node) gives a switch-to-switch link; a neighbour that is a known node gives that node's cabling.
+node) gives a switch-to-switch link; a neighbour that is a known node gives that node's cabling, and
+a host that is no Node (it announces capabilities without Bridge or Router, and is no table's
+switch) still makes its switch a leaf (`fabric_hosts`), so levels and names never depend on which
+hosts are Nodes.
 
 The switch a file belongs to is named by its `local-chassis` section when the file has one
 (`lldpcli -f json0 show chassis` output merged in), else by the file name (`leaf1.json` -> leaf1).
@@ -130,7 +133,21 @@ def load_files(paths: Iterable[str]) -> list[SwitchTable]:
     return tables
 
 
+def fabric_hosts(tables: Iterable[SwitchTable]) -> frozenset[str]:
+    """The neighbours that are hosts whichever hosts are Nodes: those announcing capabilities
+    without Bridge or Router, that no table belongs to and that no entry announces as a switch.
+
+    They are cabled as a dump's CAs are (`FabricGraph.attach_host`), so the leaves, and every level
+    above them (aggregator.tier_levels.fabric_hosts_on), do not move with the set of Nodes."""
+    tables = tuple(tables)
+    switches = {t.switch for t in tables}
+    switches.update(n.name for t in tables for n in t.neighbours if n.is_switch)
+    return frozenset(n.name for t in tables for n in t.neighbours if n.is_switch is False) - switches
+
+
 def apply(graph: FabricGraph, tables: Iterable[SwitchTable]) -> None:
+    tables = tuple(tables)
+    hosts = fabric_hosts(tables)
     for table in tables:
         graph.switches.add(table.switch)
         for neighbour in table.neighbours:
@@ -138,6 +155,10 @@ def apply(graph: FabricGraph, tables: Iterable[SwitchTable]) -> None:
                 # anyone on a port can announce any host name: the host's own report must not object
                 if crosscheck.table_entry_confirmed(graph, table.switch, neighbour.local_port, neighbour.name):
                     graph.attach_host(neighbour.name, table.switch)
+            elif neighbour.name in hosts:
+                # a host that is no Node (storage, login, not yet joined): it makes its switch a leaf,
+                # as a dump's CA does, and is placed in no HyperNode (only Nodes are)
+                graph.attach_host(neighbour.name, table.switch)
             elif neighbour.is_switch is not False:
                 graph.add_switch_link(table.switch, neighbour.name)
 

@@ -20,19 +20,21 @@ pod -> node matching changes, never the nodes chosen or how many pods each takes
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aggregator.placement.topology import Topology
 
-__all__ = ["RankKey", "crossings", "fabric_key", "in_fabric_order", "minimum_crossings", "name_key",
-           "natural", "pod_rank_key"]
+__all__ = ["RANK_MAP_ANNOTATION", "RankKey", "crossings", "fabric_key", "in_fabric_order", "minimum_crossings",
+           "name_key", "natural", "pod_rank_key", "rank_map"]
 
 Natural = tuple[tuple[str, int], ...]
 # (leader first, task/replica group, job index, unindexed, index, name)
 RankKey = tuple[int, Natural, int, int, int, Natural]
 
+RANK_MAP_ANNOTATION = "hypertopo.io/rank-map"  # on the PodGroup: [[pod, node], ...] in rank order
 TASK_INDEX = "volcano.sh/task-index"
 TASK_SPEC = "volcano.sh/task-spec"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -158,3 +160,13 @@ def minimum_crossings(topology: Topology, nodes: Iterable[str]) -> dict[int, int
         for t in used:
             used[t].add(at.get(t, f"(none:{node})"))
     return {t: max(0, len(domains) - 1) for t, domains in used.items()}
+
+
+def rank_map(pods: Iterable[Mapping[str, Any]], node_of: Callable[[Mapping[str, Any]], str | None]) -> str:
+    """The gang's rank -> node map as compact JSON, `[["w-0","node-1"],["w-1","node-1"],...]` (the
+    list index is the rank), for launchers that build a hostfile; pods without a node are left
+    out; "" when none has one."""
+    placed = [(pod, node) for pod in pods if (node := node_of(pod))]
+    placed.sort(key=lambda item: pod_rank_key(item[0]))
+    rows = [[str((pod.get("metadata") or {}).get("name") or ""), node] for pod, node in placed]
+    return json.dumps(rows, separators=(",", ":")) if rows else ""

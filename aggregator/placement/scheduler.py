@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry
 
 from agent.adapters.endpoints import serve
 from agent.command_line import CommandParser
-from aggregator.placement import degraded, podgroups, rescheduler, topology, volcano
+from aggregator.placement import degraded, podgroups, ranks, rescheduler, topology, volcano
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
 from aggregator.placement.decide import Decision, decide
@@ -50,7 +50,7 @@ from aggregator.placement.eviction import EvictionQueue
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
 from aggregator.placement.scheduler_metrics import SchedulerMetrics
-from aggregator.placement.state import ClusterState, PodKey, pod_key
+from aggregator.placement.state import VOLCANO, XK8S, ClusterState, PodKey, pod_key
 from aggregator.placement.status_writer import StatusWriter
 from aggregator.service import Service, add_election_arguments, elector_from
 
@@ -418,6 +418,7 @@ class Scheduler:
         self.metrics.binds.labels("bound").inc(len(outcome.bound))
         if outcome.ok:
             self._scheduled_events(outcome)
+            self._publish_ranks(outcome.gang)
             return
         self.metrics.binds.labels("failed").inc(len(outcome.failed))
         self.metrics.binds.labels("rolled_back").inc(len(outcome.rolled_back))
@@ -438,6 +439,14 @@ class Scheduler:
         if vc_group is not None:
             self.events.record(vc_group, reason="FailedScheduling", message=message, kind="PodGroup",
                                api_version=volcano.API_VERSION)
+
+    def _publish_ranks(self, key: PodKey) -> None:
+        """The bound gang's rank -> node map on its PodGroup (`ranks.RANK_MAP_ANNOTATION`)."""
+        value = ranks.rank_map(podgroups.members_of(self.state, key), lambda p: self.state.node_of(pod_key(p)))
+        for flavour, group in ((XK8S, self.state.podgroups.get(key)), (VOLCANO, self.state.vc_podgroups.get(key))):
+            current = ((group or {}).get("metadata") or {}).get("annotations") or {}
+            if group is not None and value and current.get(ranks.RANK_MAP_ANNOTATION) != value:
+                self.status.annotate(flavour, key, {ranks.RANK_MAP_ANNOTATION: value})
 
     def _scheduled_events(self, outcome: BindOutcome) -> None:
         """`Scheduled` on each pod of a gang bound whole and on its PodGroup (events.py)."""

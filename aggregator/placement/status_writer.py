@@ -34,7 +34,8 @@ from aggregator.placement.events import rfc3339
 from aggregator.placement.state import VOLCANO, XK8S, ClusterState, PodKey
 
 log = logging.getLogger("hypertopo.scheduler")
-Target = tuple[str, PodKey]  # (flavour, PodGroup key)
+Target = tuple[str, PodKey]  # (flavour, PodGroup key); flavour + ANNOTATIONS: its annotations
+ANNOTATIONS = "+annotations"
 
 
 class StatusWriter:
@@ -118,6 +119,11 @@ class StatusWriter:
         if conditions is not None:
             self.set_volcano(key, podgroup, {"conditions": conditions})
 
+    def annotate(self, flavour: str, key: PodKey, annotations: dict[str, str]) -> None:
+        """Queues a merge patch of the PodGroup's annotations (the rank -> node map), deferred like
+        a bound gang's status: nothing waits on it."""
+        self.queue((flavour + ANNOTATIONS, key), annotations, defer=True)
+
     def queue(self, target: Target, status: dict[str, Any], *, defer: bool = False) -> None:
         """Queues a write; one still queued for the same PodGroup takes the new fields over its own
         (an urgent one absorbs a deferred one, which then goes at once)."""
@@ -172,7 +178,10 @@ class StatusWriter:
 
         flavour, (namespace, name) = target
         try:
-            if flavour == VOLCANO:
+            if flavour.endswith(ANNOTATIONS):
+                resource = kube.VC_PODGROUPS if flavour == VOLCANO + ANNOTATIONS else kube.PODGROUPS
+                self.api.patch(resource, namespace, name, {"metadata": {"annotations": status}})
+            elif flavour == VOLCANO:
                 self.api.patch(kube.VC_PODGROUPS, namespace, name, {"status": status})
             else:
                 self.api.patch_status(kube.PODGROUPS, namespace, name, {"status": status})

@@ -12,16 +12,20 @@ whose hosts are no Nodes renames nothing. Seeded, so a failure names one reprodu
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aggregator_changes import Cluster, without_times
 from fabric_perturb import DOMAIN, FAMILIES, NOW, Fabric, Snapshot, changes, from_dump, perturbations
+from report_lies import host_tables
 from test_tiers_under_damage import DUMPS
 
-from agent.cluster_model import parse_model
+from agent.cluster_model import load_model, parse_model
 from agent.model_probe import report_for
+from aggregator.feed import PipelineFeed
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources.nodetopology import NodeReports
 from aggregator.sources.switch_lldp import SwitchNeighbour, SwitchTable, SwitchTables, fabric_hosts
@@ -123,3 +127,39 @@ def test_a_table_neighbour_announcing_a_switch_is_never_a_host() -> None:
     odd = SwitchTable("leaf2", (SwitchNeighbour("swp1", "spine2", "swp1", False),))
     other = SwitchTable("leaf3", (SwitchNeighbour("swp1", "spine2", "swp2", True),))
     assert fabric_hosts([spine, leaf, odd, other]) == {"storage1"}
+
+
+def _agents(cluster: Cluster) -> dict[str, bool]:
+    return {n: r for n, r in cluster.agent_ready.items() if n in cluster.node_ready}
+
+
+def test_nodes_leaving_and_joining_on_switch_tables_render_as_a_full_recompute() -> None:
+    """A Node removed stays on its switch's table as a host that is no Node: the change-driven feed
+    must end where a full recompute of the same cluster ends (seeded sequences of removals,
+    restorations and readiness changes)."""
+    model = load_model(str(Path(__file__).parent / "models" / "mixed-depth.yaml"))
+    tables = host_tables(model)
+    nodes = sorted(model.nodes())
+    for seed in range(6):
+        rng = random.Random(seed)
+        cluster = Cluster.of(model)
+        feed = PipelineFeed(Pipeline(), (NodeReports(), SwitchTables(tables)), resync=1e9)
+        desired = feed.compute(cluster.topologies(), cluster.nodes(), _agents(cluster), 0.0, None)
+        for step in range(1, 7):
+            changed = set()
+            for _ in range(rng.randint(1, 4)):
+                kind = rng.choice(["remove", "remove", "restore", "ready"])
+                changed.add(cluster.apply((kind, rng.choice(nodes), rng.choice([True, False]))))
+            desired = feed.compute(
+                cluster.topologies(), cluster.nodes(), _agents(cluster), float(step), changed
+            )
+        inputs = ClusterInputs(
+            reports=dict(cluster.reports),
+            node_ready=dict(cluster.node_ready),
+            node_labels={n: dict(v) for n, v in cluster.labels.items() if n in cluster.node_ready},
+            agent_ready=dict(cluster.agent_ready),
+            sources=(NodeReports(), SwitchTables(tables)),
+        )
+        full = Pipeline().compute(inputs, now=0)
+        assert list(without_times(desired.hypernodes)) == list(without_times(full.hypernodes)), seed
+        assert desired.node_labels == full.node_labels, seed

@@ -5,8 +5,12 @@ serve) mutated once: a byte flipped, the text cut short, a value nested thousand
 swapped for one of another type (a list, an object, a bool, null), a huge number, Unicode digits,
 an odd name (`leaf1\\n`, a bidirectional override), a line made 80 KB long, or YAML aliases. The
 parser may accept it or refuse it with its own declared error; anything else it raises is a
-finding. Each input's CPU time and memory (tracemalloc's peak) are measured: the bounds asserted
-are safety nets far above what any input takes (not benchmarks), so a run under load cannot flake.
+finding. Each input's CPU time is measured; its memory (tracemalloc's peak) is measured on a
+seeded sample of one input in MEMORY_SHARE and on every input whose parse took over SLOW_INPUT of
+CPU (run again under tracemalloc, which slows allocation several-fold: tracing every input cost most
+of a run). The big allocators are the slow inputs, so the sample misses none of them. The bounds
+asserted are safety nets far above what any input takes (not benchmarks), so a run under load
+cannot flake.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass, field
 
 TIME_BOUND = 1.0  # CPU seconds one input may take (the slowest take milliseconds); CPU time, so a loaded machine does not count
 MEMORY_BOUND = 64 << 20  # bytes one input may allocate at its peak (tracemalloc)
+MEMORY_SHARE = 16  # one input in this many (a seeded draw) is parsed under tracemalloc
+SLOW_INPUT = 0.01  # CPU seconds past which an input is parsed again under tracemalloc
 
 # JSON values of other types and shapes than the ones they replace
 ODD_JSON = [
@@ -138,12 +144,13 @@ class FuzzRun:
     slowest_what: str = ""
     peak: int = 0
     peak_what: str = ""
+    traced: int = 0  # inputs whose memory was measured
     by_mutation: Counter[str] = field(default_factory=Counter)
 
     def line(self) -> str:
         return (f"FUZZ {self.name}: {self.inputs} inputs, {self.accepted} read, {self.refused} refused with the "
                 f"parser's own error, {len(self.uncaught)} uncaught; slowest {self.slowest * 1e3:.1f} ms "
-                f"({self.slowest_what}), peak {self.peak / 2**20:.1f} MiB ({self.peak_what})")  # fmt: skip
+                f"({self.slowest_what}), peak {self.peak / 2**20:.1f} MiB ({self.peak_what}) of {self.traced} traced")  # fmt: skip
 
 
 def fuzz(
@@ -155,36 +162,51 @@ def fuzz(
     *,
     count: int = 10_000,
     seed: int = 22,
-    memory_every: int = 4,
 ) -> FuzzRun:
-    """`count` mutated seeds through `parse`. Every `memory_every`-th input runs under tracemalloc
-    (which slows allocation several-fold); every input is timed."""
-    rng = random.Random(seed)
+    """`count` mutated seeds through `parse`, every one timed. Memory is measured (tracemalloc) on
+    a seeded sample and on every slow input, run again: `parse` must be deterministic."""
+    rng, sample = random.Random(seed), random.Random(seed + 1)  # the sample draws apart: same inputs
     run = FuzzRun(name)
     names = sorted(mutations)
     for index in range(count):
         kind = names[index % len(names)]
         text = mutations[kind](rng.choice(seeds), rng)
         what = f"#{index} {kind}"
-        traced = index % memory_every == 0
-        if traced:
-            tracemalloc.start()
-        started = time.process_time()
-        try:
-            parse(text)
+        traced = sample.randrange(MEMORY_SHARE) == 0
+        outcome, elapsed, peak = _parse_once(parse, text, traced)
+        if not traced and elapsed > SLOW_INPUT:
+            _, _, peak = _parse_once(parse, text, True)
+            traced = True
+        run.traced += traced
+        if outcome is None:
             run.accepted += 1
-        except allowed:
+        elif isinstance(outcome, allowed):
             run.refused += 1
-        except Exception as exc:  # the finding: recorded, asserted empty by the test
-            run.uncaught.append(f"{what}: {type(exc).__name__}: {str(exc)[:200]} (input starts {text[:120]!r})")
-        elapsed = time.process_time() - started
-        if traced:
-            _, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            if peak > run.peak:
-                run.peak, run.peak_what = peak, what
+        else:  # the finding: recorded, asserted empty by the test
+            run.uncaught.append(f"{what}: {type(outcome).__name__}: {str(outcome)[:200]} (input starts {text[:120]!r})")
+        if peak > run.peak:
+            run.peak, run.peak_what = peak, what
         if elapsed > run.slowest:
             run.slowest, run.slowest_what = elapsed, what
         run.inputs += 1
         run.by_mutation[kind] += 1
     return run
+
+
+def _parse_once(parse: Callable[[str], object], text: str, traced: bool) -> tuple[Exception | None, float, int]:
+    """What `parse(text)` raised (None if it read it), its CPU time, and its memory peak in bytes
+    (0 unless `traced`)."""
+    if traced:
+        tracemalloc.start()
+    started = time.process_time()
+    outcome: Exception | None = None
+    try:
+        parse(text)
+    except Exception as exc:  # sorted by the caller: the parser's own error, or a finding
+        outcome = exc
+    elapsed = time.process_time() - started
+    peak = 0
+    if traced:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return outcome, elapsed, peak

@@ -16,6 +16,7 @@ neighbour its aggregator would refuse.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import random
 from collections.abc import Callable
@@ -49,7 +50,7 @@ from agent.report import (
     report_spec,
 )
 from aggregator.graph import FabricGraph
-from aggregator.object_files import read_objects
+from aggregator.object_files import objects_in_text, read_objects
 from aggregator.sources import ibnetdiscover, nodetopology, ufm, ufm_graph
 from aggregator.sources.switch_lldp import SwitchLldpError, parse_table
 
@@ -166,23 +167,59 @@ def test_switch_lldp_tables_hold_10000_mutations(shared_data: Path) -> None:
 
 
 def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
-    """The report with one of its eight GPUs (the GPU list is nine tenths of it, eight alike)."""
+    """The report with one of its eight GPUs, and two of that GPU's eighteen NVLinks (the GPU list
+    is nine tenths of it, eight alike, and its links half of what is left, eighteen alike): every
+    field of every shape is still there, and mutations land on the rest of the report more often."""
     nvml = obj["spec"].get("nvml")
     if isinstance(nvml, dict) and isinstance(nvml.get("gpus"), list):
         nvml["gpus"] = nvml["gpus"][:1]
+        for gpu in nvml["gpus"]:
+            gpu["nvlinks"] = gpu["nvlinks"][:2]
     return obj
+
+
+FILE_SHARE = 20  # one report input in this many (a seeded draw) is written to a file and read from it
+
+
+def _as_read_back(text: str) -> str:
+    """`text` as `read_objects` gets it back from a file `write_text` wrote it to (UTF-8, newlines
+    made universal): UnicodeDecodeError where the file could not be read."""
+    return io.TextIOWrapper(io.BytesIO(text.encode("utf-8", "surrogatepass")), encoding="utf-8").read()
+
+
+def _outcome(read: Callable[[], object]) -> tuple[str, str]:
+    try:
+        return "read", repr(read())
+    except (InputError, WireError) as exc:
+        return type(exc).__name__, str(exc)
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
 def test_report_files_hold_10000_mutations(tmp_path: Path, suffix: str) -> None:
+    """The reader of `render --reports` files, from the text in memory (`objects_in_text`, what
+    `read_objects` does once it has the file's text); a seeded sample of the inputs is also written
+    to a real file and read by `read_objects`, which must read it exactly as the text was read."""
     objects = [_trimmed(node_topology_object(report_for(MODEL, node))) for node in MODEL.nodes()[:3]]
     seeds = [yaml_codec.dump(obj) if suffix == ".yaml" else json.dumps(obj) for obj in objects]
     path = tmp_path / f"report{suffix}"
+    sample = random.Random(23)
+
+    def facts(objects: list[dict[str, Any]]) -> object:
+        return [nodetopology.facts_of(nodetopology.report_from_object(obj)) for obj in objects]
+
+    def from_file(text: str) -> object:
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        return facts(read_objects(path, "NodeTopology"))
 
     def read(text: str) -> object:
-        path.write_text(text, encoding="utf-8", errors="surrogatepass")
-        reports = [nodetopology.report_from_object(obj) for obj in read_objects(path, "NodeTopology")]
-        return [nodetopology.facts_of(report) for report in reports]
+        try:
+            shown = _as_read_back(text)
+        except UnicodeDecodeError:  # only the file's reader says what of that
+            return from_file(text)
+        in_memory = lambda: facts(objects_in_text(shown, str(path), "NodeTopology"))  # noqa: E731
+        if sample.randrange(FILE_SHARE) == 0:
+            assert _outcome(lambda: from_file(text)) == _outcome(in_memory), "the file read otherwise than its text"
+        return in_memory()
 
     mutations = YAML_MUTATIONS if suffix == ".yaml" else JSON_MUTATIONS
     check(fuzz(f"reports{suffix}", read, seeds, mutations, (InputError, WireError)))

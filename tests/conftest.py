@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controlplane.harness import ControlPlane, ControlPlaneError, running
+from controlplane.harness import ControlPlane, ControlPlaneError, build, running
 from hypothesis import settings
 from placement_live import Cluster, kwok_running
 from realparts import missing, shared_data_dir
@@ -49,6 +50,22 @@ def apiserver() -> Iterator[ControlPlane]:
 def unique() -> str:
     """A short random suffix for object names that must not collide between tests."""
     return uuid.uuid4().hex[:6]
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The helm binary, built from its Go module (tests/controlplane/helm/build_helm.sh, cached)."""
+    proc = subprocess.run(["bash", str(Path(__file__).parent / "controlplane/helm/build_helm.sh")],
+                          capture_output=True, text=True, check=False, timeout=3000)  # fmt: skip
+    if proc.returncode != 0:
+        missing(f"cannot build helm: {proc.stderr[-800:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> str:
+    """The kubectl binary built with the test control plane (what renders kustomize overlays)."""
+    return str(build() / "kubectl")
 
 
 @pytest.fixture(scope="session")

@@ -13,26 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.harness import ControlPlane, build
-from realparts import missing
+from controlplane.harness import ControlPlane
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "hypertopo"
 NS = "hypertopo-system"
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    proc = subprocess.run(["bash", str(REPO / "tests/controlplane/helm/build_helm.sh")], capture_output=True,
-                          text=True, check=False, timeout=3000)  # fmt: skip
-    if proc.returncode != 0:
-        missing(f"cannot build helm: {proc.stderr[-800:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def kubectl() -> str:
-    return str(build() / "kubectl")
 
 
 def readme_overlay() -> tuple[str, str]:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from controlplane.harness import ControlPlane
+from renders import node_marks_overlay
 
 from agent.adapters.node_topology import KubeApi
 from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
@@ -544,12 +545,7 @@ def test_with_node_marks_the_aggregator_may_change_only_hypertopos_marks_on_node
 ) -> None:
     """components/node-marks grants Node patch, and its policy keeps the aggregator's Node writes
     to hypertopo.io/ labels, annotations and taints: no other mark, no cordon."""
-    overlay = tmp_path / "node-marks"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(REPO / "daemonset", overlay)],
-        "components": [os.path.relpath(REPO / "daemonset" / "components" / "node-marks", overlay)]}))  # fmt: skip
+    overlay = node_marks_overlay(tmp_path / "node-marks")
     node = f"node-marks-{unique}"
     installed.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": node, "labels": {"team": "ml"}}, "spec": {"taints": [

@@ -5,35 +5,20 @@ values, passes a server-side dry run on the test API server, and its values do w
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from controlplane.harness import ControlPlane, build
-from realparts import missing
+from controlplane.harness import ControlPlane
+from renders import node_marks_overlay
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "hypertopo"
 NS = "hypertopo-system"
 AGENT_NS = "hypertopo-agent"
 RELEASE_NAMESPACE = ("Namespace", "", NS)  # rendered only with namespace.create=true
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    proc = subprocess.run(["bash", str(REPO / "tests/controlplane/helm/build_helm.sh")], capture_output=True,
-                          text=True, check=False, timeout=3000)
-    if proc.returncode != 0:
-        missing(f"cannot build helm: {proc.stderr[-800:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def kubectl() -> str:
-    return str(build() / "kubectl")
 
 
 # Cluster-scoped kinds: kustomize's `namespace:` also stamps a namespace on the admission policy and
@@ -149,12 +134,7 @@ def test_node_patch_is_granted_only_with_a_node_mark_value_as_the_kustomize_comp
     helm: str, kubectl: str, tmp_path: Path
 ) -> None:
     assert not NODE_MARKS & _template(helm).keys()  # default: no Node patch
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(REPO / "daemonset", overlay)],
-        "components": [os.path.relpath(REPO / "daemonset" / "components" / "node-marks", overlay)]}))  # fmt: skip
+    overlay = node_marks_overlay(tmp_path / "overlay")
     with_component = _objects(subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True,
                                              check=True).stdout)  # fmt: skip
     chart = _template(helm, "aggregator.nodeLabels=true")

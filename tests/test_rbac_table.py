@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.harness import build
-from realparts import missing
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "hypertopo"
@@ -62,20 +60,6 @@ def grants(docs: Iterable[dict[str, Any]]) -> set[Grant]:
                 out |= {(subject["name"], scope, _resource(g, r), v)
                         for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
     return out
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    proc = subprocess.run(["bash", str(REPO / "tests/controlplane/helm/build_helm.sh")], capture_output=True,
-                          text=True, check=False, timeout=3000)  # fmt: skip
-    if proc.returncode != 0:
-        missing(f"cannot build helm: {proc.stderr[-800:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def kubectl() -> str:
-    return str(build() / "kubectl")
 
 
 def _kustomize(kubectl: str, path: Path) -> list[dict[str, Any]]:

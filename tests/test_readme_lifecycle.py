@@ -76,15 +76,6 @@ def plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="module")
-def helm_bin() -> str:
-    proc = subprocess.run(["bash", str(REPO / "tests/controlplane/helm/build_helm.sh")], capture_output=True,
-                          text=True, check=False, timeout=3000)  # fmt: skip
-    if proc.returncode != 0:
-        missing(f"cannot build helm: {proc.stderr[-800:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
 def kueue(plane: ControlPlane) -> None:
     proc = subprocess.run(["bash", str(REPO / "tests/controlplane/kueue_crds.sh")], capture_output=True, text=True,
                           check=False)  # fmt: skip
@@ -227,11 +218,11 @@ def test_the_readme_installs_upgrades_and_uninstalls_with_kustomize_leaving_noth
 
 
 def test_the_readme_installs_upgrades_and_uninstalls_with_helm_leaving_nothing(
-    plane: ControlPlane, helm_bin: str, kueue: None
+    plane: ControlPlane, helm: str, kueue: None
 ) -> None:
-    run_lines(plane, helm_bin, install_lines(helm=True))
-    run_lines(plane, helm_bin, upgrade_lines(helm=True))
-    manifest = shell(plane, helm_bin, f"helm get manifest hypertopo -n {NS}")
+    run_lines(plane, helm, install_lines(helm=True))
+    run_lines(plane, helm, upgrade_lines(helm=True))
+    manifest = shell(plane, helm, f"helm get manifest hypertopo -n {NS}")
     assert manifest.returncode == 0, manifest.stderr
     installed = [d for d in yaml.safe_load_all(manifest.stdout) if d]
     assert {"DaemonSet", "ValidatingAdmissionPolicy"} <= {d["kind"] for d in installed}
@@ -243,8 +234,8 @@ def test_the_readme_installs_upgrades_and_uninstalls_with_helm_leaving_nothing(
     assert_all_there(plane, installed)
     leave_what_hypertopo_writes(plane, "h")
     with namespace_controller(plane):
-        run_lines(plane, helm_bin, uninstall_lines(helm=True, kueue=True))
+        run_lines(plane, helm, uninstall_lines(helm=True, kueue=True))
     assert_nothing_left(plane, installed, "h")
-    release = shell(plane, helm_bin, f"helm list -n {NS} -a -q")
+    release = shell(plane, helm, f"helm list -n {NS} -a -q")
     assert release.stdout.strip() == "", release.stdout
     clean_volcanos_own(plane, "h")

@@ -19,6 +19,15 @@ from prometheus_client import CollectorRegistry, Gauge
 from agent.adapters.endpoints import serve
 
 
+def _peak_rss_kib() -> int:
+    """This process's own high-water mark (VmHWM). Not getrusage's ru_maxrss: that survives
+    execve, so a server started from a large pytest process would report the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/self/status has no VmHWM")
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     registry = CollectorRegistry()
@@ -41,7 +50,7 @@ def main() -> None:
             statm = Path("/proc/self/statm").read_text().split()
             print(json.dumps({
                 "rss_kib": int(statm[1]) * resource.getpagesize() // 1024,
-                "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "peak_rss_kib": _peak_rss_kib(),
                 "threads": threading.active_count(), "peak_threads": peak["threads"],
                 "counts": endpoint.counts,
             }), flush=True)

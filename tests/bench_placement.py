@@ -8,7 +8,8 @@
    checked pod for pod against today's counting core on every state, and the same decisions with
    `tier-dry-run` (Volcano's way) in the same run -> the ratio. The index's build time and its
    upkeep per bound/released pod are printed too. Then the 1,024-GPU gang and the single CPU-only
-   pod on 100,000 nodes (`--large`).
+   pod on 100,000 nodes (`--large`). Each shape prints the rank-order crossings of its first
+   placement per tier against the minimum (`ranks.crossings`, `ranks.minimum_crossings`).
 2. A synthetic trace replayed over a modelled cluster: share of gangs at the lowest feasible tier
    for `hypertopo`, `first-fit` and `tier-dry-run`.
 """
@@ -28,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.cluster_model import parse_model
+from aggregator.placement import ranks
 from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import Gang, Mode, PodSpec
 from aggregator.placement.policies import POLICIES
@@ -102,6 +104,15 @@ def _bind_cost_us(index: FreeIndex, placement: Any, job: Gang) -> float:
     return (time.perf_counter() - begin) * 1e6 / max(1, 2 * len(placement.assignments))
 
 
+def _crossings(topology: Topology, placement: Any, job: Gang) -> dict[str, str]:
+    """Tier -> "crossings/minimum": domain boundaries between consecutive ranks of the first
+    placement, against the fewest any rank order over its nodes could have."""
+    placed = sorted((p for p in job.pods if p.name in placement.assignments), key=lambda p: ranks.name_key(p.name))
+    order = [placement.assignments[p.name] for p in placed]
+    got, least = ranks.crossings(topology, order), ranks.minimum_crossings(topology, order)
+    return {str(tier): f"{got[tier]}/{least[tier]}" for tier in got}
+
+
 def decision_bench(nodes: int, states: int, repeats: int, dry_states: int,
                    shapes: tuple[tuple[int, int], ...] = ((128, 8), (8, 8), (1, 2), (1, 0), (8, 0))) -> dict[str, Any]:
     objs, names = big_cluster(nodes)
@@ -140,6 +151,7 @@ def decision_bench(nodes: int, states: int, repeats: int, dry_states: int,
             "identical_to_counting_core": f"{identical}/{len(reference)}",
             "bind_and_release_us_per_pod": round(_bind_cost_us(indexes[0], placed[0], job), 1),
             "tiers_hypertopo": sorted({p.tier for p in placed}), "same_tier_as_dry_run": f"{same}/{len(dry)}",
+            "rank_order_crossings": _crossings(topology, placed[0], job),
         }
     return out
 
@@ -198,7 +210,8 @@ def main() -> int:
                 print(f"{key} on {run['nodes']} nodes / {run['hypernodes']} HyperNodes: hypertopo p50 "
                       f"{row['hypertopo_ms']['p50']} ms, p99 {row['hypertopo_ms']['p99']} ms (target < {target}); "
                       f"counting core p50 {row['counting_core_ms']['p50']} ms; identical "
-                      f"{row['identical_to_counting_core']}; tier-dry-run p50 {row['tier_dry_run_ms']['p50']} ms")
+                      f"{row['identical_to_counting_core']}; tier-dry-run p50 {row['tier_dry_run_ms']['p50']} ms; "
+                      f"rank-order crossings/minimum per tier {row['rank_order_crossings']}")
         for name in ("hypertopo", "first-fit", "tier-dry-run"):
             if name in trace:
                 print(f"lowest-feasible-tier share {name}: {trace[name]['lowest_feasible_tier_share']}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Protocol
 
 from aggregator.placement.topology import Topology
@@ -60,6 +61,7 @@ class _Pod(Protocol):
     def rank(self) -> RankKey | None: ...
 
 
+@lru_cache(maxsize=16384)  # node and HyperNode names recur decision after decision
 def natural(text: str) -> Natural:
     """`w-2` before `w-10`: (text, number) pairs, so numbers compare as numbers."""
     parts = _DIGITS.split(text)
@@ -71,6 +73,7 @@ def _index(value: str | None) -> int | None:
     return int(value) if value is not None and value.strip().isdigit() else None
 
 
+@lru_cache(maxsize=16384)
 def name_key(name: str) -> RankKey:
     """A rank key from the name alone: its trailing number, then the name."""
     found = _TRAILING.search(name)
@@ -95,17 +98,18 @@ def pod_rank_key(pod: Mapping[str, Any]) -> RankKey:
     return (leader, group, job, *fallback[3:])
 
 
-def fabric_key(topology: Topology, node: str, cache: dict[str | None, tuple[Natural, ...]] | None = None,
-               ) -> tuple[tuple[Natural, ...], Natural]:
+def fabric_key(topology: Topology, node: str, tiers: Sequence[int] | None = None,
+               paths: dict[str | None, tuple[Natural, ...]] | None = None) -> tuple[tuple[Natural, ...], Natural]:
     """A node's place in the fabric: its HyperNode at every tier, top tier first (`()` where it
-    has none, so those sort first and every domain stays contiguous), then its own name."""
+    has none, so those sort first and every domain stays contiguous), then its own name.
+    `tiers` (top first) and `paths` (leaf -> path) are one call's caches."""
     leaf = topology.node_leaf.get(node)
-    path = cache.get(leaf) if cache is not None else None
+    path = paths.get(leaf) if paths is not None else None
     if path is None:
         at = {topology.domains[d].tier: d for d in topology.chains.get(leaf, ())} if leaf is not None else {}
-        path = tuple(natural(at[t]) if t in at else () for t in reversed(topology.tiers))
-        if cache is not None:
-            cache[leaf] = path
+        path = tuple(natural(at[t]) if t in at else () for t in (tiers or tuple(reversed(topology.tiers))))
+        if paths is not None:
+            paths[leaf] = path
     return path, natural(node)
 
 
@@ -115,19 +119,23 @@ def in_fabric_order(topology: Topology, assignments: Mapping[str, str], pods: Se
     not every pod was placed, the lowest ranks are."""
     if len(assignments) <= 1:
         return dict(assignments)
-    by_name = {p.name: p for p in pods}
+    tiers = tuple(reversed(topology.tiers))
+    paths: dict[str | None, tuple[Natural, ...]] = {}
+    nodes = set(assignments.values())
+    for node in nodes:
+        fabric_key(topology, node, tiers, paths)
+    # leaves compared once, nodes by (leaf's place, name): the same order as `fabric_key`, cheaper
+    place = {leaf: i for i, leaf in enumerate(sorted(paths, key=paths.__getitem__))}
+    leaf_of = topology.node_leaf
+    keys = {node: (place[leaf_of.get(node)], natural(node)) for node in nodes}
     shapes: dict[Any, list[_Pod]] = {}
     for pod in pods:
         shapes.setdefault(pod.request, []).append(pod)
-    cache: dict[str | None, tuple[Natural, ...]] = {}
-    keys: dict[str, tuple[tuple[Natural, ...], Natural]] = {}
+    request = {p.name: p.request for p in pods} if len(shapes) > 1 else {}
     out: dict[str, str] = {}
-    for members in shapes.values():
-        slots = [node for name, node in assignments.items() if by_name[name].request == members[0].request] \
-            if len(shapes) > 1 else list(assignments.values())
-        for node in slots:
-            if node not in keys:
-                keys[node] = fabric_key(topology, node, cache)
+    for shape, members in shapes.items():
+        slots = [node for name, node in assignments.items() if request[name] == shape] if request \
+            else list(assignments.values())
         slots.sort(key=keys.__getitem__)
         ranked = sorted(members, key=lambda p: p.rank or name_key(p.name))
         out.update(zip((p.name for p in ranked), slots, strict=False))

@@ -64,20 +64,21 @@ def nest(text: str, rng: random.Random) -> str:
 
 def swap_json(text: str, rng: random.Random) -> str:
     """A JSON token (string, number, literal) replaced by a value of another type or shape."""
-    tokens = list(_JSON_TOKEN.finditer(text))
-    if not tokens:
-        return flip(text, rng)
-    token = rng.choice(tokens)
-    return text[: token.start()] + rng.choice(ODD_JSON) + text[token.end() :]
+    return _swap(text, rng, _JSON_TOKEN, ODD_JSON)
 
 
 def swap_word(text: str, rng: random.Random) -> str:
     """A word of a line format replaced by an odd one (Unicode digits, a huge number, a bracket)."""
-    words = list(_WORD.finditer(text))
-    if not words:
+    return _swap(text, rng, _WORD, ODD_TEXT)
+
+
+def _swap(text: str, rng: random.Random, pattern: re.Pattern[str], odd: list[str]) -> str:
+    """One match of `pattern` replaced by one of `odd` (a flip where nothing matches)."""
+    matches = list(pattern.finditer(text))
+    if not matches:
         return flip(text, rng)
-    word = rng.choice(words)
-    return text[: word.start()] + rng.choice(ODD_TEXT) + text[word.end() :]
+    match = rng.choice(matches)
+    return text[: match.start()] + rng.choice(odd) + text[match.end() :]
 
 
 def digits(text: str, rng: random.Random) -> str:

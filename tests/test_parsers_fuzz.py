@@ -6,8 +6,9 @@ Seeds are real inputs: the captures in ../shared/data (by path), the repository'
 UFM stand-in serves and the reports `probe --model` publishes. Mutations: byte flips, truncation,
 nesting thousands deep, values of another type, huge numbers, Unicode digits, odd names, 80 KB
 lines, duplicated pieces and YAML aliases (tests/fuzz_inputs.py). Each input is read or refused
-with the parser's own declared error, never anything else; each input's time and memory peak stay
-under generous safety bounds (fuzz_inputs.TIME_BOUND, MEMORY_BOUND; not benchmarks). The counts
+with the parser's own declared error, never anything else; each input's CPU time, and the memory
+peak of a seeded sample and of every slow input, stay under generous safety bounds
+(fuzz_inputs.TIME_BOUND, MEMORY_BOUND; not benchmarks). The counts
 are printed (`pytest -s`) for the issue's note. The lldpcli readers also prove that whatever they
 accept, the agent's own report reader reads back unchanged: the agent never publishes a
 neighbour its aggregator would refuse.

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.harness import ControlPlane, build
+from controlplane.harness import ControlPlane
 from realparts import missing, require_binary, require_root, stop_processes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,20 +35,6 @@ NS = "hypertopo-system"
 AGENT = ("DaemonSet", "hypertopo-agent")
 SOCKET = "/run/lldpd/lldpd.socket"
 Docs = dict[tuple[str, str], dict[str, Any]]
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    proc = subprocess.run(["bash", str(REPO / "tests/controlplane/helm/build_helm.sh")], capture_output=True,
-                          text=True, check=False, timeout=3000)  # fmt: skip
-    if proc.returncode != 0:
-        missing(f"cannot build helm: {proc.stderr[-800:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def kubectl() -> str:
-    return str(build() / "kubectl")
 
 
 def docs(text: str) -> Docs:

@@ -113,6 +113,19 @@ def fabric_key(topology: Topology, node: str, tiers: Sequence[int] | None = None
     return path, natural(node)
 
 
+_PATHS: list[tuple[Topology, dict[str | None, tuple[Natural, ...]]]] = []
+
+
+def _paths_of(topology: Topology) -> dict[str | None, tuple[Natural, ...]]:
+    """Leaf -> its `fabric_key` path, kept for the last topology asked about (a topology is built
+    once per change of the HyperNode tree and asked about decision after decision)."""
+    if _PATHS and _PATHS[0][0] is topology:
+        return _PATHS[0][1]
+    paths: dict[str | None, tuple[Natural, ...]] = {}
+    _PATHS[:] = [(topology, paths)]
+    return paths
+
+
 def in_fabric_order(topology: Topology, assignments: Mapping[str, str], pods: Sequence[_Pod]) -> dict[str, str]:
     """The same nodes, each taking as many pods of each request as in `assignments`, with pods in
     rank order on nodes in fabric order. Per request shape, so every pod still fits its node; when
@@ -120,13 +133,15 @@ def in_fabric_order(topology: Topology, assignments: Mapping[str, str], pods: Se
     if len(assignments) <= 1:
         return dict(assignments)
     tiers = tuple(reversed(topology.tiers))
-    paths: dict[str | None, tuple[Natural, ...]] = {}
+    paths = _paths_of(topology)
     nodes = set(assignments.values())
-    for node in nodes:
-        fabric_key(topology, node, tiers, paths)
-    # leaves compared once, nodes by (leaf's place, name): the same order as `fabric_key`, cheaper
-    place = {leaf: i for i, leaf in enumerate(sorted(paths, key=paths.__getitem__))}
     leaf_of = topology.node_leaf
+    leaves = {leaf_of.get(node) for node in nodes}
+    for node in nodes:
+        if leaf_of.get(node) not in paths:
+            fabric_key(topology, node, tiers, paths)
+    # leaves compared once, nodes by (leaf's place, name): the same order as `fabric_key`, cheaper
+    place = {leaf: i for i, leaf in enumerate(sorted(leaves, key=paths.__getitem__))}
     keys = {node: (place[leaf_of.get(node)], natural(node)) for node in nodes}
     shapes: dict[Any, list[_Pod]] = {}
     for pod in pods:

@@ -34,7 +34,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -555,7 +555,8 @@ def run(args: argparse.Namespace) -> int:
     def healthy() -> bool:
         return time.monotonic() - controller.last_beat < max(30.0, 5 * options.period)
 
-    server = serve(metrics.registry, args.listen, {"/healthz": healthy, "/readyz": controller.synced})
+    readyz = lambda: readiness(controller.synced(), sources)  # noqa: E731
+    server = serve(metrics.registry, args.listen, {"/healthz": healthy, "/readyz": readyz})
     controller.start()
     wake = controller.changed.set  # a live source's new facts reconcile at once
     pollers = [w for source in sources for w in source.workers(registry=metrics.registry, wake=wake)]
@@ -569,6 +570,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="hypertopo-aggregator run", description=__doc__)
     add_run_arguments(parser)
     return parser
+
+
+def readiness(synced: bool, sources: Iterable[Source]) -> tuple[bool, str]:
+    """/readyz: ready once the informers synced and every live source has its first facts. A
+    source gone stale after that keeps the pod ready (its last good facts still build the tree, and
+    an unready pod would stop reconciling and drop out of its Service exactly when it matters), but
+    the answer names it and why, as `hypertopo_source_stale` does."""
+    stale = [f"{source.name} stale: {why}" for source in sources if (why := source.stale())]
+    return synced, "; ".join(["ok" if synced else "not ready: informers syncing or a live source has no facts yet", *stale])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,14 @@ class Aggregator(AggregatorProcess):
         except OSError:
             return False
 
+    def readyz(self) -> tuple[int, str]:
+        """/readyz's status and body."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=5) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode()
+
 
 @pytest.fixture
 def started() -> Iterator[list[Aggregator]]:
@@ -157,12 +166,15 @@ def test_run_with_ufm_writes_the_dumps_tree_and_a_ufm_only_port_down_turns_ready
     log = agg.log.read_text()
     assert "UFM poll failed (http, 1 in a row): GET http" in log and "HTTP 500" in log
     assert "keeping the last good fabric facts" in log
+    status, body = agg.readyz()  # still serving the last good facts, and says they are stale
+    assert status == 200 and body.startswith("ok; ufm stale: ") and "HTTP 500" in body, body
 
     # UFM answers again, the cable is back: all Ready
     server.behaviour.fail = None
     server.set(listings(RAIL))
     agg.wait(lambda: {ready_of(o) for o in live(cluster).values()} == {"True"}, "all Ready again")
     assert agg.metrics().get(STALE) == 0
+    assert agg.readyz() == (200, "ok\n")
     assert "UFM answers again after" in agg.log.read_text()
     assert agg.stop() == 0
 

@@ -26,6 +26,7 @@ from ufm_standin import UfmStandIn, listings
 
 from agent.cluster_model import load_model
 from aggregator.adapters.ufm import UfmClient, UfmConfig, UfmPoller, UfmSource
+from aggregator.controller import readiness
 
 SMALL = load_model(str(Path(__file__).resolve().parent / "models" / "small-tree.yaml"))
 GOOD = listings(SMALL)
@@ -131,9 +132,12 @@ def test_a_poisoned_first_answer_keeps_readyz_failing_until_a_good_one(
         assert errors(fresh.registry) >= 1 and stale(fresh.registry) == 1
         assert not fresh.source.ready()  # /readyz: no facts to build on
         assert "nested too deep" in (fresh.source.stale() or "")
+        ok, body = readiness(fresh.source.ready(), [fresh.source])  # what /readyz answers
+        assert not ok and body.startswith("not ready: ") and "ufm stale: malformed" in body, body
         standin.behaviour.raw = {}
         wait_for(lambda: stale(fresh.registry) == 0, "recovery")
         assert fresh.source.ready() and fresh.source.stale() is None
+        assert readiness(fresh.source.ready(), [fresh.source]) == (True, "ok")
     finally:
         fresh.stop.set()
         fresh.thread.join(timeout=15)

@@ -28,6 +28,7 @@ import pytest
 import yaml
 from controlplane.harness import ControlPlane
 from realparts import missing, require_binary, require_root, stop_processes
+from renders import docs, kustomize, server_dry_run
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "hypertopo"
@@ -37,10 +38,6 @@ SOCKET = "/run/lldpd/lldpd.socket"
 Docs = dict[tuple[str, str], dict[str, Any]]
 
 
-def docs(text: str) -> Docs:
-    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(text) if d}
-
-
 def template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([helm, "template", "hypertopo", str(CHART), "--namespace", NS, *args],
                           capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
@@ -48,12 +45,6 @@ def template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def rendered(helm: str, *args: str) -> Docs:
     proc = template(helm, *args)
-    assert proc.returncode == 0, proc.stderr
-    return docs(proc.stdout)
-
-
-def kustomize(kubectl: str, path: Path) -> Docs:
-    proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     return docs(proc.stdout)
 
@@ -144,10 +135,7 @@ def test_the_readme_overlay_renders_helms_agent_and_changes_nothing_else(
 def test_the_api_server_accepts_the_overlay_and_refuses_the_component_whose_gid_is_not_set(
     apiserver: ControlPlane, kubectl: str, overlay: Path, tmp_path: Path
 ) -> None:
-    for kind, name in kustomize(kubectl, overlay):  # a dry run creates no namespace
-        if kind == "Namespace":
-            apiserver.kubectl("create", "namespace", name, check=False)
-    proc = apiserver.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(overlay), check=False)
+    proc = server_dry_run(apiserver, kubectl, overlay)
     assert proc.returncode == 0, proc.stderr
     assert "daemonset.apps/hypertopo-agent serverside-applied (server dry run)" in proc.stdout
     name, text = readme_overlay()

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from controlplane.harness import ControlPlane
+from renders import docs, kustomize, server_dry_run
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "hypertopo"
@@ -26,16 +26,6 @@ def readme_overlay() -> tuple[str, str]:
     block = re.search(r"```yaml\n# (\S+)/kustomization\.yaml, next to daemonset/[^\n]*\n(.*?)```", readme, re.S)
     assert block, "README has no overlay block for the NVIDIA runtime class"
     return block.group(1), block.group(2)
-
-
-def docs(text: str) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(text) if d}
-
-
-def kustomize(kubectl: str, path: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return docs(proc.stdout)
 
 
 @pytest.fixture
@@ -76,9 +66,6 @@ def test_helms_runtime_class_value_renders_the_overlays_agent(helm: str, kubectl
 
 @pytest.mark.apiserver
 def test_the_api_server_accepts_the_overlays_agent(apiserver: ControlPlane, kubectl: str, overlay: Path) -> None:
-    for kind, name in kustomize(kubectl, overlay):  # a dry run creates no namespace
-        if kind == "Namespace":
-            apiserver.kubectl("create", "namespace", name, check=False)
-    proc = apiserver.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(overlay), check=False)
+    proc = server_dry_run(apiserver, kubectl, overlay)
     assert proc.returncode == 0, proc.stderr
     assert "daemonset.apps/hypertopo-agent serverside-applied (server dry run)" in proc.stdout

@@ -20,6 +20,7 @@ from aggregator.placement.state import (
     GANG_LABEL,
     SINGLE,
     VOLCANO,
+    XK8S,
     ClusterState,
     PodKey,
     gang_key,
@@ -28,7 +29,7 @@ from aggregator.placement.state import (
     pod_key,
 )
 
-__all__ = ["GANG_LABEL", "GangView", "collect", "gang_key", "gangs_on_nodes", "group_status", "status_patch"]
+__all__ = ["GANG_LABEL", "GangView", "collect", "gang_key", "gangs_on_nodes", "group_status", "status_patch", "view_of"]
 FAULT_ANNOTATION = "hypertopo.io/on-fabric-fault"
 # restart-pods-on-degraded: restart-pods on failures, and moves pods off nodes that stay degraded
 # (aggregator.placement.degraded)
@@ -155,6 +156,19 @@ def gangs_on_nodes(state: ClusterState, nodes: set[str]) -> list[GangView]:
         if live:
             views.append(_view(state, gang, flavour, live, state.pending_keys))
     return views
+
+
+def view_of(state: ClusterState, key: PodKey) -> GangView | None:
+    """A named gang by key, whoever schedules it: its live members (none while a restarted gang's
+    pods are recreated) and its PodGroup; None when it has neither (gang health, recovery)."""
+    live = [p for k in state.members.get(key, {}) if (p := state.pods.get(k)) is not None and _live(p)]
+    if live:
+        return _view(state, key, gang_ref(live[0])[1], live, state.pending_keys)
+    for flavour in (VOLCANO, XK8S):
+        if (podgroup := state.podgroup_of(key, flavour)) is not None:
+            annotations = {**_annotations(_owner_job(state, podgroup)), **_annotations(podgroup)}
+            return GangView(key, podgroup, (), (), {}, _min_member(podgroup, 0), annotations, flavour)
+    return None
 
 
 def group_status(podgroup: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], scheduled: int) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Evictions for fabric faults: through the Eviction API (policy/v1), so PodDisruptionBudgets
 hold; rate-limited by a token bucket; a 429 (the budget refuses now) is retried later, never
-forced; an eviction is offered once per pod UID.
+forced; an eviction is offered once per pod UID, unless it is withdrawn before its attempt (the
+fault-storm breaker, `breaker.py`).
 
 Runs its own thread so a slow or refusing API server never stalls scheduling decisions.
 """
@@ -91,6 +92,15 @@ class EvictionQueue(threading.Thread):
             heapq.heappush(self._heap, _Item(self.clock(), next(self._seq), eviction))
             self._cv.notify()
             return True
+
+    def withdraw(self) -> list[Eviction]:
+        """Takes back every eviction not yet attempted (or waiting for a retry) and forgets their
+        pods, so they may be offered again later (the fault-storm breaker opened)."""
+        with self._cv:
+            taken = [item.eviction for item in self._heap]
+            self._heap.clear()
+            self._offered.difference_update(ev.uid for ev in taken)
+            return taken
 
     def stop(self) -> None:
         with self._cv:

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the project's image from the Dockerfile, unchanged, with podman from Debian, the way the
+# README's `docker build` does, and tags it as the manifests and the chart name it
+# (ghcr.io/hypertopo/hypertopo:<version>), so the README's install finds it on a node without a pull.
+# The base comes from base.sh (a local stand-in for python:3.11-slim-bookworm when no registry can be
+# reached). podman's layer cache makes a second run with the same sources take seconds. The context
+# is the checkout's files as git sees them (tracked and new, not ignored), like a fresh clone.
+# Prints the image name on stdout.
+#
+# The podman flags this needs on a machine without cgroup v2 and a registry (the CI machine):
+#   --isolation=chroot  crun refuses cgroups in hybrid (v1 + v2) mode
+#   --network=host      the build's RUN steps reach Debian and PyPI without a CNI network
+#   -v /etc/ssl/certs   the host's CA store: pip trusts what the host trusts (a TLS-inspecting proxy)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/pyproject.toml" | head -1)
+image=ghcr.io/hypertopo/hypertopo:$version
+command -v podman >/dev/null || { echo "image: podman is not installed (tests/setup.sh installs it)" >&2; exit 1; }
+
+bash "$root/tests/image/base.sh" >/dev/null
+ctx=$(mktemp -d "${TMPDIR:-/var/tmp}/hypertopo-ctx.XXXXXX")
+trap 'rm -rf "$ctx"' EXIT
+(cd "$root" && git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) \
+  | tar -x -C "$ctx"
+start=$SECONDS
+podman build --pull=never --isolation=chroot --network=host -v /etc/ssl/certs:/etc/ssl/certs:ro \
+  -t "$image" -f "$ctx/Dockerfile" "$ctx" > "$ctx.log" 2>&1 \
+  || { tail -30 "$ctx.log" >&2; rm -f "$ctx.log"; exit 1; }
+rm -f "$ctx.log"
+size=$(podman image inspect --format '{{.Size}}' "$image")
+echo "image: built $image in $((SECONDS - start))s, $((size / 1000000)) MB" >&2
+echo "$image"

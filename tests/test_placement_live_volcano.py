@@ -131,16 +131,17 @@ def test_bad_topology_and_subgroup_settings_are_reported_and_other_gangs_still_r
     with cluster.scheduler() as sched:
         name = sched.options.scheduler_name
         add_vc_podgroup(cluster, "tiername", 2, networkTopology={"mode": "hard", "highestTierName": "rack"})
-        add_vc_podgroup(cluster, "size", 3, subGroupPolicy=[{"name": "tp", "subGroupSize": 2}])
+        add_vc_podgroup(cluster, "size", 3, subGroupPolicy=[{"name": "tp", "subGroupSize": 2, "minSubGroups": 2,
+                                                             "matchLabelKeys": ["part"]}])
         add_vc_podgroup(cluster, "toobig", 3, networkTopology={"mode": "hard", "highestTierAllowed": 1})
         add_vc_podgroup(cluster, "ok", 2, networkTopology={"mode": "hard", "highestTierAllowed": 1})
         cluster.add_pods([*[vc_pod(cluster, f"tiername-{i}", "tiername", name) for i in range(2)],
-                          *[vc_pod(cluster, f"size-{i}", "size", name, gpus=1) for i in range(3)],
+                          *[vc_pod(cluster, f"size-{i}", "size", name, gpus=1, labels={"part": "0"}) for i in range(3)],
                           *[vc_pod(cluster, f"toobig-{i}", "toobig", name) for i in range(3)],
                           *[vc_pod(cluster, f"ok-{i}", "ok", name) for i in range(2)]])
         assert set(cluster.wait_bound(2)) == {"ok-0", "ok-1"}
         expected = {"tiername": "highest tier name 'rack' matches no tier",
-                    "size": "subGroupSize 2 of policy 'tp' does not divide the 3 pods",
+                    "size": "subGroupPolicy 'tp' has 1 sub-group(s) among the gang's pods, minSubGroups is 2",
                     "toobig": "within tier <= 1"}
         for group, text in expected.items():
             got = wait_for(f"{group} Unschedulable", lambda g=group: condition(vc_group(cluster, g), "Unschedulable"))

@@ -189,16 +189,19 @@ def test_subgroups_that_cannot_each_fit_a_leaf_keep_the_gang_pending() -> None:
     state = cluster(*[("Pod", p) for p in taken], ("VolcanoPodGroup", group), *[("Pod", p) for p in pods])
     decision = decide_one(state)
     assert not decision.ok
-    assert "the gang fits, but its sub-groups do not" in decision.reason and "sub-group tp/" in decision.reason
+    assert "the gang fits, but its sub-groups do not" in decision.reason and "sub-group tp-" in decision.reason
 
 
-def test_a_subgroup_size_that_does_not_divide_its_group_is_a_clear_error() -> None:
-    pods = [vc_pod(f"w{i}", gpus=1) for i in range(6)]
-    group = vc_group(min_member=6, subGroupPolicy=[{"name": "tp", "subGroupSize": 4}])
+def test_a_subgroup_size_is_a_minimum_not_a_divisor() -> None:
+    # vc-scheduler binds 6 pods with subGroupSize 4 as one sub-group of 6 (the old reading refused:
+    # "4 does not divide 6"); without matchLabelKeys the policy forms no sub-group at all
+    pods = [vc_pod(f"w{i}", gpus=1, labels={"part": "x"}) for i in range(6)]
+    group = vc_group(min_member=6, subGroupPolicy=[{"name": "tp", "subGroupSize": 4, "matchLabelKeys": ["part"]}])
     state = cluster(("VolcanoPodGroup", group), *[("Pod", p) for p in pods])
     decision = decide_one(state)
-    assert not decision.ok
-    assert "subGroupSize 4 of policy 'tp' does not divide the 6 pods" in decision.reason
+    assert decision.ok, decision.reason
+    [only] = subgroups.partition(subgroups.from_volcano(group), pods)[0]
+    assert only.name == "tp-x" and len(only.pods) == 6 and only.minimum == 4
 
 
 def test_min_subgroups_lets_a_gang_start_with_fewer_subgroups() -> None:
@@ -206,8 +209,8 @@ def test_min_subgroups_lets_a_gang_start_with_fewer_subgroups() -> None:
               "networkTopology": {"mode": "hard", "highestTierAllowed": 1}}
     groups = subgroups.partition(subgroups.from_volcano(vc_group(subGroupPolicy=[policy])),
                                  [vc_pod(f"w{i}", labels={"part": str(i // 2)}) for i in range(6)])[0]
-    assert [g.name for g in groups] == ["tp/0", "tp/1", "tp/2"]
-    assert subgroups.required_subgroups(groups) == 1
+    assert [g.name for g in groups] == ["tp-0", "tp-1", "tp-2"]
+    assert subgroups.required_by_policy(groups) == {"tp": 1}
 
 
 def test_scheduler_plugins_gangs_declare_subgroups_through_annotations() -> None:
@@ -216,7 +219,10 @@ def test_scheduler_plugins_gangs_declare_subgroups_through_annotations() -> None
     assert policy.size == 4 and policy.match_label_keys == ("rank-group",)
     assert policy.topology is not None and policy.topology.highest_tier == 1
     with pytest.raises(subgroups.SubGroupError, match="whole number"):
-        subgroups.from_annotations({subgroups.SIZE_ANNOTATION: "four"})
+        subgroups.from_annotations({subgroups.SIZE_ANNOTATION: "four", subgroups.KEYS_ANNOTATION: "g"})
+    # without keys no pod would form a sub-group (Volcano's rule): said, not silently ignored
+    with pytest.raises(subgroups.SubGroupError, match="label-keys is required"):
+        subgroups.from_annotations({subgroups.SIZE_ANNOTATION: "4"})
 
 
 def test_min_task_member_refuses_a_partial_placement_that_starves_a_task() -> None:

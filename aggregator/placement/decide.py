@@ -169,26 +169,29 @@ def decide(
 def _place_subgroups(topology: Topology, state: ClusterState, view: GangView, gang: Gang,
                      policies: tuple[subgroups.Policy, ...], anchors: Mapping[PodKey, str],
                      blocked: frozenset[str], excluded_domains: frozenset[str]) -> Placement:
-    """Splits the gang into its sub-groups (`subgroups.partition`) and places them (`nested`)."""
-    try:
-        groups, loose = subgroups.partition(policies, view.members)
-    except subgroups.SubGroupError as exc:
-        return Placement({}, failure=Unplaceable(f"invalid sub-group policy: {exc}", gang.required))
+    """Splits the gang into its sub-groups as Volcano does (`subgroups.partition`) and places them
+    (`nested`); the default sub-group's pods keep only the gang's limits."""
+    groups, loose = subgroups.partition(policies, view.members)
+    problem = subgroups.too_few_subgroups(policies, groups)
+    if problem:
+        return Placement({}, failure=Unplaceable(f"gang {gang.name}: {problem}", gang.required))
     specs = {p.name: p for p in gang.pods}
 
-    def part_gang(name: str, pods: Iterable[Mapping[str, Any]], limits: volcano.Topology | None) -> Gang:
+    def part_gang(name: str, pods: Iterable[Mapping[str, Any]], limits: volcano.Topology) -> Gang:
         keys = [pod_key(p) for p in pods]
-        limits = limits or volcano.Topology(Mode.SOFT)
         return Gang(name=name, pods=tuple(specs[_spec_name(k)] for k in keys if _spec_name(k) in specs),
                     mode=limits.mode, highest_tier=limits.highest_tier, highest_tier_name=limits.highest_tier_name,
                     running={_spec_name(k): anchors[k] for k in keys if k in anchors})
 
-    parts = [nested.Part(g.name, part_gang(f"{gang.name}/{g.name}", g.pods, g.policy.topology)) for g in groups]
-    rest = part_gang(gang.name, loose, None) if loose else None
-    if rest is not None:
-        rest = Gang(rest.name, rest.pods, mode=gang.mode, highest_tier=gang.highest_tier,
-                    highest_tier_name=gang.highest_tier_name, running=rest.running)
-    return nested.place(topology, state.free_index(topology), gang, parts, rest, required_parts=subgroups.required_subgroups(groups),
+    parts = []
+    for g in groups:
+        sub = part_gang(f"{gang.name}/{g.name}", g.pods, g.policy.topology or volcano.Topology(Mode.SOFT))
+        parts.append(nested.Part(g.name, sub, policy=g.policy.name, minimum=g.minimum, members=len(g.pods),
+                                 running=sum(1 for p in g.pods if pod_key(p) in view.placed)))
+    own = volcano.Topology(gang.mode, gang.highest_tier, gang.highest_tier_name)
+    rest = part_gang(gang.name, loose, own) if loose else None
+    return nested.place(topology, state.free_index(topology), gang, parts, rest,
+                        required_parts=subgroups.required_by_policy(groups),
                         excluded_nodes=blocked, excluded_domains=excluded_domains)
 
 

@@ -1,25 +1,32 @@
-"""Sub-groups of a gang: Volcano's `spec.subGroupPolicy`, and the same for scheduler-plugins
-PodGroups through annotations.
+"""Sub-groups of a gang, read as vc-scheduler v1.14 reads Volcano's `spec.subGroupPolicy`, and the
+same for scheduler-plugins PodGroups through annotations.
 
 Why: a job is often made of parts that talk much more inside than between each other (a
 tensor-parallel group of 8 pods inside a pipeline of 64). Each part must sit inside its own
 network domain (its own networkTopology), the whole gang inside the PodGroup's.
 
-Volcano's rule, kept here: a policy selects pods (`labelSelector`, default every pod), groups them
-by the values of `matchLabelKeys` (Volcano's job controller uses `volcano.sh/partition-id`), and
-each group of `subGroupSize` pods is one sub-group with the policy's networkTopology. When a group
-holds more than `subGroupSize` pods, its pods (in name order) are cut into sub-groups of that size;
-a size that does not divide the group is a configuration error, reported, never guessed around.
-`minSubGroups` sub-groups (0: all of them) must fit for the gang to start.
+Volcano's reading (`pkg/scheduler/api/job_info.go` `getOrCreateSubJob`, `sub_job_info.go`), kept here:
+* a pod joins the first policy whose `labelSelector` selects it (none: every pod) AND that has
+  `matchLabelKeys` AND whose keys all carry a non-empty value on the pod;
+* all pods of one policy with the same values (joined with "-", Volcano's sub-job id) form ONE
+  sub-group, whatever their number; `subGroupSize` (default 1) is its minimum: a sub-group is
+  placed with at least that many of its pods or not at all, and all of its pods share one domain
+  within its networkTopology (hard mode with `highestTierAllowed`);
+* every other pod, including every pod of a policy without `matchLabelKeys`, is in the default
+  sub-group: no minimum of its own, only the gang's limit;
+* `minSubGroups` (default 0: no count asked) is how many sub-groups of that policy must reach their
+  minimum for the gang to start; a policy with fewer sub-groups than that keeps the gang waiting.
+The gang's own `minMember` still counts pods over all sub-groups.
 
 Annotations for scheduler-plugins PodGroups (one policy over every pod of the gang):
-  hypertopo.io/subgroup-size: "8"
-  hypertopo.io/subgroup-label-keys: "rank-group"        (comma-separated, optional)
-  hypertopo.io/subgroup-mode: hard | soft               (default hard)
+  hypertopo.io/subgroup-size: "8"                        (the sub-group minimum, default 1)
+  hypertopo.io/subgroup-label-keys: "rank-group"         (comma-separated, required)
+  hypertopo.io/subgroup-mode: hard | soft                (default hard)
   hypertopo.io/subgroup-highest-tier: "1"
   hypertopo.io/subgroup-highest-tier-name: leaf
-  hypertopo.io/min-subgroups: "2"                       (default 0: all)
-Pure.
+  hypertopo.io/min-subgroups: "2"                        (default 0: no count)
+Without label keys a policy forms no sub-group at all (Volcano's rule), so the annotations refuse
+that instead of silently doing nothing. Pure.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ MODE_ANNOTATION = "hypertopo.io/subgroup-mode"
 TIER_ANNOTATION = "hypertopo.io/subgroup-highest-tier"
 TIER_NAME_ANNOTATION = "hypertopo.io/subgroup-highest-tier-name"
 MIN_ANNOTATION = "hypertopo.io/min-subgroups"
+MAX_POLICIES = 64  # a bound on what one PodGroup may ask (Volcano sets none; 64 is far past any job)
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
 class SubGroupError(ValueError):
@@ -46,8 +55,8 @@ class SubGroupError(ValueError):
 @dataclass(frozen=True)
 class Policy:
     name: str
-    size: int
-    min_subgroups: int = 0
+    size: int  # subGroupSize: a sub-group's minimum member count
+    min_subgroups: int = 0  # sub-groups that must reach their minimum (0: no count)
     match_labels: Mapping[str, str] | None = None  # labelSelector.matchLabels (None: every pod)
     match_expressions: tuple[Mapping[str, Any], ...] = ()
     match_label_keys: tuple[str, ...] = ()
@@ -56,9 +65,13 @@ class Policy:
 
 @dataclass(frozen=True)
 class SubGroup:
-    name: str  # policy[/label values][#n]
+    name: str  # policy-values, as Volcano names the sub-job (without the job's uid)
     policy: Policy
     pods: tuple[Mapping[str, Any], ...]
+
+    @property
+    def minimum(self) -> int:
+        return self.policy.size
 
 
 def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -69,9 +82,11 @@ def _name(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name", ""))
 
 
-def _positive(raw: Any, what: str, default: int) -> int:
+def _count(raw: Any, what: str, default: int) -> int:
     if raw is None or raw == "":
         return default
+    if isinstance(raw, bool):
+        raise SubGroupError(f"{what} must be a whole number, got {raw!r}")
     try:
         value = int(raw)
     except (TypeError, ValueError) as exc:
@@ -81,26 +96,44 @@ def _positive(raw: Any, what: str, default: int) -> int:
     return value
 
 
+def _selector(item: Mapping[str, Any], name: str) -> tuple[Mapping[str, str] | None, tuple[Mapping[str, Any], ...]]:
+    selector = item.get("labelSelector")
+    if selector is None:
+        return None, ()
+    if not isinstance(selector, Mapping):
+        raise SubGroupError(f"subGroupPolicy {name!r} labelSelector must be an object")
+    expressions = tuple(selector.get("matchExpressions") or ())
+    for expr in expressions:
+        if not isinstance(expr, Mapping) or expr.get("operator") not in OPERATORS:
+            op = expr.get("operator") if isinstance(expr, Mapping) else expr
+            raise SubGroupError(f"subGroupPolicy {name!r} labelSelector operator {op!r} is not one of "
+                                f"{', '.join(OPERATORS)}")
+    return dict(selector.get("matchLabels") or {}), expressions
+
+
 def from_volcano(podgroup: Mapping[str, Any] | None) -> tuple[Policy, ...]:
     """`spec.subGroupPolicy` of a Volcano PodGroup -> policies (SubGroupError when malformed)."""
     raw = ((podgroup or {}).get("spec") or {}).get("subGroupPolicy") or []
     if not isinstance(raw, list):
         raise SubGroupError("spec.subGroupPolicy must be a list")
+    if len(raw) > MAX_POLICIES:
+        raise SubGroupError(f"spec.subGroupPolicy has {len(raw)} policies, at most {MAX_POLICIES} are read")
     policies = []
     for index, item in enumerate(raw):
         if not isinstance(item, Mapping):
             raise SubGroupError(f"spec.subGroupPolicy[{index}] must be an object")
-        name = str(item.get("name") or f"subgroup-{index}")
-        size = _positive(item.get("subGroupSize"), f"subGroupPolicy {name!r} subGroupSize", 1)
+        name = str(item.get("name") or "")
+        what = f"subGroupPolicy {name or index!r}"
+        size = _count(item.get("subGroupSize"), f"{what} subGroupSize", 1)
         if size < 1:
-            raise SubGroupError(f"subGroupPolicy {name!r} subGroupSize must be at least 1")
-        selector = item.get("labelSelector") or {}
+            raise SubGroupError(f"{what} subGroupSize must be at least 1")
+        match_labels, expressions = _selector(item, name)
         policies.append(Policy(
             name=name,
             size=size,
-            min_subgroups=_positive(item.get("minSubGroups"), f"subGroupPolicy {name!r} minSubGroups", 0),
-            match_labels=dict(selector.get("matchLabels") or {}) if selector else None,
-            match_expressions=tuple(selector.get("matchExpressions") or ()),
+            min_subgroups=_count(item.get("minSubGroups"), f"{what} minSubGroups", 0),
+            match_labels=match_labels,
+            match_expressions=expressions,
             match_label_keys=tuple(str(k) for k in item.get("matchLabelKeys") or ()),
             topology=network_topology(item.get("networkTopology")),
         ))
@@ -109,17 +142,19 @@ def from_volcano(podgroup: Mapping[str, Any] | None) -> tuple[Policy, ...]:
 
 def from_annotations(annotations: Mapping[str, str]) -> tuple[Policy, ...]:
     """The one policy a scheduler-plugins PodGroup may declare through annotations."""
-    if SIZE_ANNOTATION not in annotations:
+    if SIZE_ANNOTATION not in annotations and KEYS_ANNOTATION not in annotations:
         return ()
-    size = _positive(annotations[SIZE_ANNOTATION], SIZE_ANNOTATION, 1)
+    size = _count(annotations.get(SIZE_ANNOTATION), SIZE_ANNOTATION, 1)
     if size < 1:
         raise SubGroupError(f"{SIZE_ANNOTATION} must be at least 1")
     keys = tuple(k.strip() for k in annotations.get(KEYS_ANNOTATION, "").split(",") if k.strip())
-    tier = _positive(annotations.get(TIER_ANNOTATION), TIER_ANNOTATION, 0) or None
+    if not keys:
+        raise SubGroupError(f"{KEYS_ANNOTATION} is required: pods form sub-groups by the values of these labels")
+    tier = _count(annotations.get(TIER_ANNOTATION), TIER_ANNOTATION, 0) if TIER_ANNOTATION in annotations else None
     mode = Mode.SOFT if annotations.get(MODE_ANNOTATION, "").lower() == "soft" else Mode.HARD
     topology = Topology(mode, tier, annotations.get(TIER_NAME_ANNOTATION) or None)
     has_limit = tier is not None or TIER_NAME_ANNOTATION in annotations
-    return (Policy(name="subgroup", size=size, min_subgroups=_positive(annotations.get(MIN_ANNOTATION), MIN_ANNOTATION, 0),
+    return (Policy(name="subgroup", size=size, min_subgroups=_count(annotations.get(MIN_ANNOTATION), MIN_ANNOTATION, 0),
                    match_label_keys=keys, topology=topology if has_limit else None),)
 
 
@@ -131,52 +166,56 @@ def _expression_matches(labels: Mapping[str, str], expr: Mapping[str, Any]) -> b
         return key not in labels or labels[key] not in values
     if op == "Exists":
         return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    raise SubGroupError(f"labelSelector operator {op!r} is not one of In, NotIn, Exists, DoesNotExist")
+    return key not in labels  # DoesNotExist (from_volcano admits no other operator)
 
 
 def selects(policy: Policy, pod: Mapping[str, Any]) -> bool:
     labels = _labels(pod)
-    if policy.match_labels is None and not policy.match_expressions:
-        return True
     if any(labels.get(k) != v for k, v in (policy.match_labels or {}).items()):
         return False
     return all(_expression_matches(labels, e) for e in policy.match_expressions)
 
 
+def match_values(policy: Policy, pod: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The pod's values of the policy's keys, or None when the policy does not take the pod
+    (not selected, no keys, a key missing or empty): Volcano's `getSubJobMatchValues`."""
+    if not policy.match_label_keys or not selects(policy, pod):
+        return None
+    labels = _labels(pod)
+    values = tuple(labels.get(k, "") for k in policy.match_label_keys)
+    return None if any(v == "" for v in values) else values
+
+
 def partition(policies: Sequence[Policy], pods: Sequence[Mapping[str, Any]]) -> tuple[list[SubGroup], list[Mapping[str, Any]]]:
-    """(sub-groups, pods in none): a pod joins the first policy that selects it.
+    """(sub-groups, pods of the default sub-group): each pod in the sub-group of the first policy
+    that takes it. Sub-groups are named `policy-values` as Volcano names sub-jobs, so values that
+    join alike ("a-b","c" and "a","b-c") share one, as they do in Volcano."""
+    found: dict[str, tuple[Policy, list[Mapping[str, Any]]]] = {}
+    default: list[Mapping[str, Any]] = []
+    for pod in sorted(pods, key=_name):
+        for policy in policies:
+            values = match_values(policy, pod)
+            if values is not None:
+                name = f"{policy.name}-{'-'.join(values)}"
+                found.setdefault(name, (policy, []))[1].append(pod)
+                break
+        else:
+            default.append(pod)
+    groups = [SubGroup(name, policy, tuple(members)) for name, (policy, members) in sorted(found.items())]
+    return groups, default
 
-    SubGroupError when a group's pod count is not a multiple of its policy's subGroupSize."""
-    claimed: set[str] = set()
-    groups: list[SubGroup] = []
+
+def too_few_subgroups(policies: Sequence[Policy], groups: Sequence[SubGroup]) -> str:
+    """Why the gang cannot start whatever the capacity ("" when it may): a policy with fewer
+    sub-groups than its minSubGroups, as Volcano's gang plugin refuses such a job."""
     for policy in policies:
-        by_values: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
-        for pod in sorted(pods, key=_name):
-            if _name(pod) in claimed or not selects(policy, pod):
-                continue
-            claimed.add(_name(pod))
-            values = tuple(_labels(pod).get(k, "") for k in policy.match_label_keys)
-            by_values.setdefault(values, []).append(pod)
-        for values, members in sorted(by_values.items()):
-            label = policy.name + ("/" + ",".join(values) if values else "")
-            if len(members) % policy.size:
-                raise SubGroupError(f"subGroupSize {policy.size} of policy {policy.name!r} does not divide the "
-                                    f"{len(members)} pods of sub-group {label!r}")
-            chunks = [members[i:i + policy.size] for i in range(0, len(members), policy.size)]
-            for n, chunk in enumerate(chunks):
-                name = label if len(chunks) == 1 else f"{label}#{n}"
-                groups.append(SubGroup(name, policy, tuple(chunk)))
-    rest = [p for p in pods if _name(p) not in claimed]
-    return groups, rest
+        have = sum(1 for g in groups if g.policy.name == policy.name)
+        if have < policy.min_subgroups:
+            return (f"subGroupPolicy {policy.name!r} has {have} sub-group(s) among the gang's pods, "
+                    f"minSubGroups is {policy.min_subgroups}")
+    return ""
 
 
-def required_subgroups(groups: Sequence[SubGroup]) -> int:
-    """How many sub-groups must fit: per policy its minSubGroups (0 = every sub-group it made)."""
-    counts: dict[str, int] = {}
-    minimums: dict[str, int] = {}
-    for group in groups:
-        counts[group.policy.name] = counts.get(group.policy.name, 0) + 1
-        minimums[group.policy.name] = group.policy.min_subgroups
-    return sum(min(minimums[name], n) if minimums[name] else n for name, n in counts.items())
+def required_by_policy(groups: Sequence[SubGroup]) -> dict[str, int]:
+    """Policy name -> how many of its sub-groups must reach their minimum (minSubGroups > 0 only)."""
+    return {g.policy.name: g.policy.min_subgroups for g in groups if g.policy.min_subgroups > 0}

@@ -187,3 +187,53 @@ def beyond_minimum(case: Case) -> bool:
     """Whether a sub-group of the case has more pods than its subGroupSize: vc-scheduler places those
     extra pods one at a time after every sub-group's minimum (see the test's exception)."""
     return any(len(members) > case.policy_of(group)["subGroupSize"] for group, members in case.groups().items())
+
+
+def _case(name: str, *, pod_gpus: int, taken: Mapping[str, int], policies: list[dict[str, Any]],
+          gang_limit: dict[str, Any] | None, pods: Sequence[tuple[dict[str, str], str | None]],
+          min_member: int | None = None) -> Case:
+    """A case written out: `pods` as (labels, its sub-group or None for the default sub-job)."""
+    labels = {f"{name}-{i}": dict(lab) for i, (lab, _) in enumerate(pods)}
+    group_of = {f"{name}-{i}": group for i, (_, group) in enumerate(pods) if group}
+    return Case(name, 0, pod_gpus, dict(taken), policies, gang_limit,
+                len(pods) if min_member is None else min_member, labels, group_of)
+
+
+def fixed(pools: Sequence[str]) -> dict[str, tuple[Case, str]]:
+    """The issue's cases and the exception, each on its pool: pool -> (case, what must happen:
+    "both-refuse", "both-bind" or "exception" (vc-scheduler refuses, hypertopo binds))."""
+    hard1 = {"mode": "hard", "highestTierAllowed": 1}
+
+    def nodes(pool: str) -> list[str]:
+        return fabric(pool)[0].nodes
+
+    a, b, c, d = pools
+    one_group = [({"part": "0"}, "tp-0")]
+    cases = {
+        # 8 pods of one sub-group, subGroupSize 4, hard tier 1: no leaf (3 nodes, 6 such pods) holds
+        # 8, so the sub-group may not be split into two leaves of 4: Pending in both
+        a: (_case("fix-split", pod_gpus=4, taken={}, gang_limit=None, pods=one_group * 8,
+                  policies=[{"name": "tp", "matchLabelKeys": ["part"], "subGroupSize": 4, "networkTopology": hard1}]),
+            "both-refuse"),
+        # subGroupSize 3 on 8 pods is a minimum, not a divisor: all 8 in one spine
+        b: (_case("fix-size3", pod_gpus=4, taken={}, gang_limit=None, pods=one_group * 8,
+                  policies=[{"name": "tp", "matchLabelKeys": ["part"], "subGroupSize": 3,
+                             "networkTopology": {"mode": "hard", "highestTierAllowed": 2}}]),
+            "both-bind"),
+        # pods without the key are in the default sub-job: no leaf limit of their own, so 2 leaf-bound
+        # pods and 6 others fit although no leaf has room for all 8 (two free nodes a leaf)
+        c: (_case("fix-default", pod_gpus=8, taken={n: 8 for n in nodes(c)[2::3]}, gang_limit=None,
+                  pods=[({"part": "0"}, "tp-0")] * 2 + [({}, None)] * 6,
+                  policies=[{"name": "tp", "matchLabelKeys": ["part"], "subGroupSize": 2, "networkTopology": hard1}]),
+            "both-bind"),
+        # the exception: sub-group tp-0 (6 pods of 4 GPUs, minimum 2) and tp-1 (4 pods, minimum 2),
+        # each within a leaf. Room: leaf 00 free (6 pods), leaf 01 room for 5, the others full. vc-scheduler
+        # puts tp-0's minimum in leaf 00, then tp-1's minimum in the fuller leaf 00 too, and tp-0's
+        # other 4 pods no longer fit there; hypertopo puts tp-0 in leaf 00 and tp-1 in leaf 01
+        d: (_case("fix-remainder", pod_gpus=4, gang_limit=None,
+                  taken={**{n: 8 for n in nodes(d)[6:]}, nodes(d)[3]: 4},
+                  pods=[({"part": "0"}, "tp-0")] * 6 + [({"part": "1"}, "tp-1")] * 4,
+                  policies=[{"name": "tp", "matchLabelKeys": ["part"], "subGroupSize": 2, "networkTopology": hard1}]),
+            "exception"),
+    }
+    return cases

@@ -5,6 +5,7 @@ a pod's rank comes from the index its controller wrote, else its name's trailing
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections import Counter
 from typing import Any
@@ -98,6 +99,25 @@ def test_rank_order_crosses_the_fewest_domain_boundaries_at_every_tier_on_random
     assert placed > 300  # the property was checked on many real placements
 
 
+def test_the_fabric_order_kept_with_the_tree_is_the_fabric_key_order_on_random_trees() -> None:
+    """`Topology.fabric_position` (computed once per tree, what a decision reads) orders nodes as
+    `ranks.fabric_key` spells the order out: HyperNode per tier top-down, then name, natural."""
+    rng = random.Random(2424)
+    for _ in range(300):
+        objs, _ = random_tree(rng)
+        topology = build(objs)
+        nodes = list(topology.node_leaf)
+        by_key = sorted(nodes, key=lambda n: ranks.fabric_key(topology, n))
+        assert sorted(nodes, key=topology.fabric_position.__getitem__) == by_key, objs
+        assert set(topology.fabric_position) == set(nodes)
+
+
+def test_natural_order_compares_any_two_names_and_reads_numbers_as_numbers() -> None:
+    names = ["n10", "n2", "n1x", "n1x2", "n01", "n1", "", "x", "10", "2", "a-10-b", "a-9-b", "a-9-b1"]
+    assert sorted(names, key=ranks.natural) == ["", "2", "10", "a-9-b", "a-9-b1", "a-10-b", "n01", "n1", "n1x",
+                                                "n1x2", "n2", "n10", "x"]
+
+
 def test_rank_ordering_keeps_every_node_and_its_pod_count_per_shape() -> None:
     rng = random.Random(7)
     for _ in range(200):
@@ -175,6 +195,29 @@ def test_the_volcano_task_index_ranks_within_its_task_with_the_master_first() ->
     pods = [vc("j-worker-10", "worker", 10), vc("j-worker-2", "worker", 2), vc("j-master-0", "master", 0),
             vc("j-worker-0", "worker", 0)]
     assert _order(pods) == ["j-master-0", "j-worker-0", "j-worker-2", "j-worker-10"]
+
+
+def test_volcano_tasks_rank_in_the_order_of_their_jobs_spec_tasks() -> None:
+    """With the Volcano Job known, its `spec.tasks` order ranks the tasks (here the workers before
+    the parameter server, as the Job lists them); without it, the leader-first fallback."""
+    def vc(name: str, task: str, index: int) -> dict[str, Any]:
+        return _pod(name, labels={"volcano.sh/task-spec": task, "volcano.sh/task-index": str(index),
+                                  "volcano.sh/job-name": "j"})
+
+    pods = [vc("j-ps-0", "ps", 0), vc("j-worker-1", "worker", 1), vc("j-chief-0", "chief", 0),
+            vc("j-worker-0", "worker", 0), vc("j-ps-1", "ps", 1)]
+    job = {"metadata": {"name": "j", "namespace": "ns"},
+           "spec": {"tasks": [{"name": "worker", "replicas": 2}, {"name": "ps", "replicas": 2},
+                              {"name": "chief", "replicas": 1}]}}
+    jobs = {("ns", "j"): job}
+    by_job = [p["metadata"]["name"] for p in sorted(pods, key=lambda p: ranks.pod_rank_key(p, jobs))]
+    assert by_job == ["j-worker-0", "j-worker-1", "j-ps-0", "j-ps-1", "j-chief-0"]
+    assert _order(pods) == ["j-chief-0", "j-ps-0", "j-ps-1", "j-worker-0", "j-worker-1"]  # no Job: leader first
+    other = {("other-ns", "j"): job}  # a Job of the same name elsewhere is not this one's
+    assert [p["metadata"]["name"] for p in sorted(pods, key=lambda p: ranks.pod_rank_key(p, other))] == _order(pods)
+    where = {"j-worker-0": "n1", "j-worker-1": "n1", "j-ps-0": "n2", "j-ps-1": "n2", "j-chief-0": "n3"}
+    rows = json.loads(ranks.rank_map(pods, lambda p: where[p["metadata"]["name"]], jobs))
+    assert [name for name, _ in rows] == by_job  # the published map ranks as placement did
 
 
 def test_jobset_and_kubeflow_replica_indexes_rank_pods() -> None:

@@ -5,17 +5,19 @@ consecutive ranks sit in different NVLink cliques, leaves or spines puts a ring 
 fabric. Matching pods to nodes by name string (`w-10` before `w-2`) crossed boundaries needlessly.
 
 A pod's rank key comes from its index, where the workload controller wrote one:
-`volcano.sh/task-index` (within its `volcano.sh/task-spec` task), Kubernetes Indexed Jobs'
-`batch.kubernetes.io/job-completion-index`, JobSet's `jobset.sigs.k8s.io/job-global-index` or
-`job-index` (before the completion index), Kubeflow's `training.kubeflow.org/replica-index`
-(masters and launchers before workers); else the trailing number of the pod's name, numerically;
-the name (natural order) breaks ties.
+`volcano.sh/task-index` within its `volcano.sh/task-spec` task, tasks in the order of the Volcano
+Job's `spec.tasks` (when the Job is known; else masters and launchers first, then by task name);
+Kubernetes Indexed Jobs' `batch.kubernetes.io/job-completion-index`, JobSet's
+`jobset.sigs.k8s.io/job-global-index` or `job-index` (before the completion index), Kubeflow's
+`training.kubeflow.org/replica-index` (masters and launchers before workers); else the trailing
+number of the pod's name, numerically; the name breaks ties.
 
 Nodes are taken in fabric order: by their HyperNode at every tier from the top down, then by node
-name, all in natural order (`node-2` before `node-10`). Every domain's nodes are then contiguous,
-so the domain boundaries crossed in rank order are, at every tier, the domains used minus one:
-the fewest possible for that node set. A node with k slots takes k consecutive ranks. Only the
-pod -> node matching changes, never the nodes chosen or how many pods each takes. Pure.
+name, all in natural order (`node-2` before `node-10`); `Topology.fabric_position` holds that
+order, computed once per tree. Every domain's nodes are then contiguous, so the domain boundaries
+crossed in rank order are, at every tier, the domains used minus one: the fewest possible for that
+node set. A node with k slots takes k consecutive ranks. Only the pod -> node matching changes,
+never the nodes chosen or how many pods each takes. Pure.
 """
 
 from __future__ import annotations
@@ -26,18 +28,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
-from aggregator.placement.topology import Topology
+from aggregator.placement.topology import Natural, Topology, natural
 
 __all__ = ["RANK_MAP_ANNOTATION", "RankKey", "crossings", "fabric_key", "in_fabric_order", "minimum_crossings",
-           "name_key", "natural", "pod_rank_key", "rank_map"]
+           "name_key", "natural", "pod_rank_key", "rank_map", "task_order"]
 
-Natural = tuple[tuple[str, int], ...]
-# (leader first, task/replica group, job index, unindexed, index, name)
-RankKey = tuple[int, Natural, int, int, int, Natural]
+# (task order or leader first, task/replica group, job index, unindexed, index, name)
+RankKey = tuple[int, Natural, int, int, int, str]
+Jobs = Mapping[tuple[str, str], Mapping[str, Any]]  # (namespace, name) -> Volcano Job
 
 RANK_MAP_ANNOTATION = "hypertopo.io/rank-map"  # on the PodGroup: [[pod, node], ...] in rank order
 TASK_INDEX = "volcano.sh/task-index"
 TASK_SPEC = "volcano.sh/task-spec"
+JOB_NAME = "volcano.sh/job-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOBSET_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
@@ -46,8 +49,7 @@ REPLICA_INDEX = "training.kubeflow.org/replica-index"
 REPLICA_TYPE = "training.kubeflow.org/replica-type"
 LEADERS = frozenset({"master", "launcher", "chief", "leader", "driver", "coordinator"})
 
-_DIGITS = re.compile(r"(\d+)")
-_TRAILING = re.compile(r"(\d+)\D*$")
+_TRAILING = re.compile(r"([0-9]+)[^0-9]*$")
 
 
 class _Pod(Protocol):
@@ -61,12 +63,7 @@ class _Pod(Protocol):
     def rank(self) -> RankKey | None: ...
 
 
-@lru_cache(maxsize=16384)  # node and HyperNode names recur decision after decision
-def natural(text: str) -> Natural:
-    """`w-2` before `w-10`: (text, number) pairs, so numbers compare as numbers."""
-    parts = _DIGITS.split(text)
-    pairs = tuple((parts[i], int(parts[i + 1]) if i + 1 < len(parts) else -1) for i in range(0, len(parts), 2))
-    return (*pairs, (text, -2))  # the text itself last: `n01` and `n1` stay apart
+_group_key = lru_cache(maxsize=1024)(natural)  # task and replica names recur pod after pod
 
 
 def _index(value: str | None) -> int | None:
@@ -77,53 +74,52 @@ def _index(value: str | None) -> int | None:
 def name_key(name: str) -> RankKey:
     """A rank key from the name alone: its trailing number, then the name."""
     found = _TRAILING.search(name)
-    return (1, (), 0, 0 if found else 1, int(found.group(1)) if found else 0, natural(name))
+    return (1, _group_key(""), 0, 0 if found else 1, int(found.group(1)) if found else 0, name)
 
 
-def pod_rank_key(pod: Mapping[str, Any]) -> RankKey:
-    """The rank key of a pod object (labels and annotations read alike; a bad value is ignored)."""
+def task_order(jobs: Jobs | None, namespace: str, job: str | None, task: str) -> int | None:
+    """The position of `task` in its Volcano Job's `spec.tasks`; None when the Job is not known."""
+    found = jobs.get((namespace, job)) if jobs and job else None
+    tasks = ((found or {}).get("spec") or {}).get("tasks") or ()
+    for position, spec in enumerate(tasks):
+        if isinstance(spec, Mapping) and spec.get("name") == task:
+            return position
+    return None
+
+
+def pod_rank_key(pod: Mapping[str, Any], jobs: Jobs | None = None) -> RankKey:
+    """The rank key of a pod object (labels, then annotations; a bad value is ignored). `jobs`:
+    the Volcano Jobs by (namespace, name), for their task order."""
     meta = pod.get("metadata") or {}
-    tags = {**(meta.get("annotations") or {}), **(meta.get("labels") or {})}
-    name = str(meta.get("name") or "")
-    fallback = name_key(name)
-    role = str(tags.get(REPLICA_TYPE) or tags.get(TASK_SPEC) or "")
-    leader = 0 if role.lower() in LEADERS else 1
-    group = natural(role.lower() if role else str(tags.get(JOBSET_REPLICATED_JOB) or ""))
-    global_index = _index(tags.get(JOBSET_GLOBAL_INDEX))
-    job = global_index if global_index is not None else _index(tags.get(JOBSET_JOB_INDEX)) or 0
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+
+    def tag(key: str) -> Any:
+        value = labels.get(key)
+        return annotations.get(key) if value is None else value
+
+    fallback = name_key(str(meta.get("name") or ""))
+    task = str(tag(TASK_SPEC) or "")
+    role = str(tag(REPLICA_TYPE) or task)
+    order = task_order(jobs, str(meta.get("namespace") or ""), tag(JOB_NAME), task) if task else None
+    if order is None:
+        order = 0 if role.lower() in LEADERS else 1
+    group = _group_key(role.lower() if role else str(tag(JOBSET_REPLICATED_JOB) or ""))
+    global_index = _index(tag(JOBSET_GLOBAL_INDEX))
+    job = global_index if global_index is not None else _index(tag(JOBSET_JOB_INDEX)) or 0
     for key in (TASK_INDEX, COMPLETION_INDEX, REPLICA_INDEX):
-        index = _index(tags.get(key))
+        index = _index(tag(key))
         if index is not None:
-            return (leader, group, job, 0, index, fallback[5])
-    return (leader, group, job, *fallback[3:])
+            return (order, group, job, 0, index, fallback[5])
+    return (order, group, job, *fallback[3:])
 
 
-def fabric_key(topology: Topology, node: str, tiers: Sequence[int] | None = None,
-               paths: dict[str | None, tuple[Natural, ...]] | None = None) -> tuple[tuple[Natural, ...], Natural]:
-    """A node's place in the fabric: its HyperNode at every tier, top tier first (`()` where it
-    has none, so those sort first and every domain stays contiguous), then its own name.
-    `tiers` (top first) and `paths` (leaf -> path) are one call's caches."""
+def fabric_key(topology: Topology, node: str) -> tuple[tuple[Natural | tuple[()], ...], Natural]:
+    """A node's place in the fabric, spelled out: its HyperNode at every tier, top tier first (`()`
+    where it has none, so those sort first and every domain stays contiguous), then its own name.
+    `Topology.fabric_position` is this order, computed once per tree (the tests hold it to this)."""
     leaf = topology.node_leaf.get(node)
-    path = paths.get(leaf) if paths is not None else None
-    if path is None:
-        at = {topology.domains[d].tier: d for d in topology.chains.get(leaf, ())} if leaf is not None else {}
-        path = tuple(natural(at[t]) if t in at else () for t in (tiers or tuple(reversed(topology.tiers))))
-        if paths is not None:
-            paths[leaf] = path
-    return path, natural(node)
-
-
-_PATHS: list[tuple[Topology, dict[str | None, tuple[Natural, ...]]]] = []
-
-
-def _paths_of(topology: Topology) -> dict[str | None, tuple[Natural, ...]]:
-    """Leaf -> its `fabric_key` path, kept for the last topology asked about (a topology is built
-    once per change of the HyperNode tree and asked about decision after decision)."""
-    if _PATHS and _PATHS[0][0] is topology:
-        return _PATHS[0][1]
-    paths: dict[str | None, tuple[Natural, ...]] = {}
-    _PATHS[:] = [(topology, paths)]
-    return paths
+    at = {topology.domains[d].tier: d for d in topology.chains.get(leaf, ())} if leaf is not None else {}
+    return tuple(natural(at[t]) if t in at else () for t in reversed(topology.tiers)), natural(node)
 
 
 def in_fabric_order(topology: Topology, assignments: Mapping[str, str], pods: Sequence[_Pod]) -> dict[str, str]:
@@ -132,17 +128,10 @@ def in_fabric_order(topology: Topology, assignments: Mapping[str, str], pods: Se
     not every pod was placed, the lowest ranks are."""
     if len(assignments) <= 1:
         return dict(assignments)
-    tiers = tuple(reversed(topology.tiers))
-    paths = _paths_of(topology)
-    nodes = set(assignments.values())
-    leaf_of = topology.node_leaf
-    leaves = {leaf_of.get(node) for node in nodes}
-    for node in nodes:
-        if leaf_of.get(node) not in paths:
-            fabric_key(topology, node, tiers, paths)
-    # leaves compared once, nodes by (leaf's place, name): the same order as `fabric_key`, cheaper
-    place = {leaf: i for i, leaf in enumerate(sorted(leaves, key=paths.__getitem__))}
-    keys = {node: (place[leaf_of.get(node)], natural(node)) for node in nodes}
+    position = topology.fabric_position  # the order of `fabric_key`, computed once per tree
+    keys: dict[str, tuple[int, Any]] = {
+        node: (1, position[node]) if node in position else (0, natural(node))  # in no HyperNode: first
+        for node in set(assignments.values())}
     shapes: dict[Any, list[_Pod]] = {}
     for pod in pods:
         shapes.setdefault(pod.request, []).append(pod)
@@ -185,11 +174,12 @@ def minimum_crossings(topology: Topology, nodes: Iterable[str]) -> dict[int, int
     return {t: max(0, len(domains) - 1) for t, domains in used.items()}
 
 
-def rank_map(pods: Iterable[Mapping[str, Any]], node_of: Callable[[Mapping[str, Any]], str | None]) -> str:
+def rank_map(pods: Iterable[Mapping[str, Any]], node_of: Callable[[Mapping[str, Any]], str | None],
+             jobs: Jobs | None = None) -> str:
     """The gang's rank -> node map as compact JSON, `[["w-0","node-1"],["w-1","node-1"],...]` (the
     list index is the rank), for launchers that build a hostfile; pods without a node are left
-    out; "" when none has one."""
+    out; "" when none has one. `jobs`: as for `pod_rank_key`."""
     placed = [(pod, node) for pod in pods if (node := node_of(pod))]
-    placed.sort(key=lambda item: pod_rank_key(item[0]))
+    placed.sort(key=lambda item: pod_rank_key(item[0], jobs))
     rows = [[str((pod.get("metadata") or {}).get("name") or ""), node] for pod, node in placed]
     return json.dumps(rows, separators=(",", ":")) if rows else ""

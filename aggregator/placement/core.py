@@ -29,13 +29,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from aggregator.placement import indexed, ranks
-from aggregator.placement.capacity import Capacity, cover, leaf_key, leaves_in, measure
+from aggregator.placement.capacity import Capacity, count_fits, cover, leaf_key, leaves_in, measure
 from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
 from aggregator.placement.resources import Resources
 from aggregator.placement.topology import Topology
 
-__all__ = ["describe", "lowest_feasible_tier", "place", "resolve_limit"]
+__all__ = ["describe", "lowest_feasible_tier", "place", "resolve_limit", "tier_words", "unknown_tier_name"]
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,17 @@ def resolve_limit(topology: Topology, gang: Gang) -> tuple[int | None, str]:
     if gang.highest_tier_name:
         named = topology.tier_of_name(gang.highest_tier_name)
         if named is None and gang.mode is Mode.HARD:
-            known = ", ".join(f"{t}={n}" for t, n in sorted(topology.tier_names.items())) or "none"
-            return None, f"highest tier name {gang.highest_tier_name!r} matches no tier (tiers: {known})"
+            return None, unknown_tier_name(topology, gang.highest_tier_name)
         if named is not None:
             limit = named if limit is None else min(limit, named)
     return limit, ""
+
+
+def unknown_tier_name(topology: Topology, name: str) -> str:
+    """What a limit naming a tier the tree does not have is told (hard mode refuses with it, soft
+    mode places without the limit and says the same)."""
+    known = ", ".join(f"{t}={n}" for t, n in sorted(topology.tier_names.items())) or "none"
+    return f"highest tier name {name!r} matches no tier (tiers: {known})"
 
 
 def tier_order(topology: Topology, limit: int | None, mode: Mode) -> list[int]:
@@ -185,6 +191,12 @@ def _allocate(ask: _Ask, domain: str) -> dict[str, str] | None:
 
 def _pack_mixed(ask: _Ask, domain: str, pods: list[PodSpec], slots: list[tuple[str, int]]) -> dict[str, str] | None:
     """First fit, largest pod first: on the chosen slots, then on any node of the domain."""
+    out = _packed(ask, domain, pods, slots)
+    return out if len(out) >= ask.gang.required else None
+
+
+def _packed(ask: _Ask, domain: str, pods: list[PodSpec], slots: list[tuple[str, int]]) -> dict[str, str]:
+    """What `_pack_mixed` places, however few (its reason counts the same pods)."""
     left = {node: ask.free[node] for node, _ in slots}
     room = dict(slots)
     out: dict[str, str] = {}
@@ -198,7 +210,7 @@ def _pack_mixed(ask: _Ask, domain: str, pods: list[PodSpec], slots: list[tuple[s
         room[node] = room.get(node, 0) - 1
         left[node] = left[node] - pod.request
         out[pod.name] = node
-    return out if len(out) >= ask.gang.required else None
+    return out
 
 
 def describe(topology: Topology, assignments: Mapping[str, str], anchors: Iterable[str] = ()) -> Placement:
@@ -231,7 +243,26 @@ def lowest_feasible_tier(topology: Topology, free: Mapping[str, Resources], gang
     return None
 
 
+def tier_words(topology: Topology, limit: int | None) -> str:
+    """A tier limit in words: its tier name, or what a limit below or above every tier means."""
+    if limit is None:
+        return "the cluster"
+    lowest = min(topology.tiers, default=1)
+    if limit < lowest:
+        return f"tier <= {limit} (below every HyperNode tier, the lowest is {lowest}: no domain qualifies)"
+    if limit > topology.top_tier:
+        return f"tier <= {limit} (above the top tier {topology.top_tier}: the whole cluster)"
+    name = topology.tier_names.get(limit)
+    return f"tier <= {limit} ({name})" if name else f"tier <= {limit}"
+
+
+def _shape(request: Resources) -> str:
+    return f"{request.gpus}-GPU" if request.gpus else f"{request.cpu_milli}m-CPU"
+
+
 def _explain(ask: _Ask, limit: int | None) -> Unplaceable:
+    """Why nothing fits, in numbers that add up: what the gang needs, what the roomiest domain within
+    the limit holds, the difference; per pod shape for a mixed-shape gang."""
     topology, capacity, gang = ask.topology, ask.capacity, ask.gang
     top = topology.top_tier + 1
     ceiling = top if limit is None else limit
@@ -241,19 +272,48 @@ def _explain(ask: _Ask, limit: int | None) -> Unplaceable:
         options.append((capacity.domain_cap.get(ROOT, 0), top, ROOT))
     fits, _, best = min(options, default=(0, 0, None), key=lambda o: (-o[0], o[1], o[2] or ""))
     need = gang.required
-    gpus = max(p.request.gpus for p in gang.pods)
-    where = f"tier <= {limit} ({topology.tier_names.get(limit, 'cluster')})" if limit is not None else "the cluster"
+    where = tier_words(topology, limit)
     if best is None:
         message = f"gang {gang.name}: no HyperNode within {where} can hold it"
         if ask.allowed is not None:
             message += " together with its running pods"
-        return Unplaceable(message, need, limit_tier=limit, short_pods=need, short_gpus=need * gpus)
+        smallest = sorted(p.request.gpus for p in gang.pods)[:need]
+        return Unplaceable(message, need, limit_tier=limit, short_pods=need, short_gpus=sum(smallest))
+    if gang.homogeneous:
+        gpus = gang.pods[0].request.gpus
+        short_gpus = (need - fits) * gpus
+        head = (f"gang {gang.name}: needs {need} pods ({gpus} GPUs each) in one domain within {where}; "
+                f"the largest, {best}, holds {fits}: {need - fits} pods ({short_gpus} GPUs) short")
+    else:
+        fits, short_gpus, head = _explain_mixed(ask, best, need, where)
     limiting = _limiting(ask, best)
-    message = (f"gang {gang.name}: needs {need} pods ({gpus} GPUs each) in one domain within {where}; "
-               f"the largest, {best}, holds {fits}: {need - fits} pods ({(need - fits) * gpus} GPUs) short"
-               + (f"; most nodes there are short of {limiting}" if limiting else ""))
+    message = head + (f"; most nodes there are short of {limiting}" if limiting else "")
     return Unplaceable(message, need, limit_tier=limit, best_domain=best, best_fits=fits,
-                       short_pods=need - fits, short_gpus=(need - fits) * gpus, limiting=limiting)
+                       short_pods=need - fits, short_gpus=short_gpus, limiting=limiting)
+
+
+def _explain_mixed(ask: _Ask, domain: str, need: int, where: str) -> tuple[int, int, str]:
+    """(pods the domain holds, GPUs of the pods it leaves out, the words) for a mixed-shape gang: the
+    pods the allocation packs there (largest first, fewer than needed or the gang would have been
+    placed), and per shape the pods needed and the room for that shape alone."""
+    gang = ask.gang
+    nodes = [n for leaf in leaves_in(ask.topology, ask.capacity, domain) for n in ask.capacity.leaf_nodes[leaf]]
+    pods = sorted(gang.pods, key=lambda p: (p.request, p.name), reverse=True)
+    target = min(ask.capacity.domain_cap.get(domain, 0), len(pods))
+    packed = _packed(ask, domain, pods, _slots(ask, domain, target))  # what the allocation there placed
+    fits = len(packed)
+    short_gpus = sum(sorted(p.request.gpus for p in pods if p.name not in packed)[:need - fits])
+    counts = Counter(p.request for p in gang.pods)
+    shapes = []
+    for request, wanted in sorted(counts.items(), reverse=True):
+        room = sum(count_fits(ask.free[n], request) for n in nodes)
+        shapes.append(f"{wanted} {_shape(request)} pod(s), room for {room} alone"
+                      + (f" ({wanted - room} short)" if room < wanted else ""))
+    of = f"{need} of its {len(gang.pods)} pods" if need < len(gang.pods) else f"{need} pods"
+    head = (f"gang {gang.name}: needs {of} in one domain within {where}; the roomiest, {domain}, holds "
+            f"{fits} of them (largest first): {need - fits} pods ({short_gpus} GPUs) short; "
+            f"per shape: {'; '.join(shapes)}")
+    return fits, short_gpus, head
 
 
 def _limiting(ask: _Ask, domain: str) -> str:

@@ -30,6 +30,7 @@ class Decision:
     assignments: Mapping[PodKey, str]  # empty when nothing fits
     placement: Placement | None
     reason: str = ""
+    warning: str = ""  # a placed gang's limit that could not be applied (soft mode, unknown tier name)
 
     @property
     def ok(self) -> bool:
@@ -131,6 +132,17 @@ def subgroup_policies(view: GangView) -> tuple[subgroups.Policy, ...]:
     return subgroups.from_annotations(view.annotations) if view.is_group else ()
 
 
+def ignored_limits(topology: Topology, view: GangView, policies: Iterable[subgroups.Policy]) -> str:
+    """Soft limits (the gang's, its sub-groups') that name a tier the tree does not have, in the words
+    hard mode refuses with: soft mode places without them, and says so ("" when none)."""
+    limits = [("", gang_limits(view))]
+    limits += [(f"subGroupPolicy {p.name!r}: ", p.topology) for p in policies if p.topology is not None]
+    notes = [prefix + core.unknown_tier_name(topology, lim.highest_tier_name)
+             for prefix, lim in limits
+             if lim.mode is Mode.SOFT and lim.highest_tier_name and topology.tier_of_name(lim.highest_tier_name) is None]
+    return "; ".join(notes) + " (soft mode: placed without that limit)" if notes else ""
+
+
 def decide(
     state: ClusterState,
     topology: Topology,
@@ -161,7 +173,8 @@ def decide(
     placement = degraded.prefer_healthy(attempt(blocked_nodes), levels, lambda avoid: attempt(blocked_nodes | avoid))
     if placement.ok and placement.assignments:
         by_name = {_spec_name(pod_key(p)): pod_key(p) for p in view.pending}
-        return Decision(view, {by_name[name]: node for name, node in placement.assignments.items()}, placement)
+        return Decision(view, {by_name[name]: node for name, node in placement.assignments.items()}, placement,
+                        warning=ignored_limits(topology, view, policies))
     message = placement.failure.message if placement.failure else "no node fits"
     return Decision(view, {}, placement, reason=_kube_style(len(state.nodes), excluded, message))
 

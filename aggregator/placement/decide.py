@@ -107,12 +107,14 @@ def gang_limits(view: GangView) -> volcano.Topology:
 
 
 def core_gang(view: GangView, usable_anchor: Mapping[PodKey, str],
-              request_of: Callable[[Mapping[str, Any]], Resources] = pod_request) -> Gang:
+              request_of: Callable[[Mapping[str, Any]], Resources] = pod_request,
+              jobs: ranks.Jobs | None = None) -> Gang:
     """The core's Gang: pending pods to place, at least enough to reach minMember with those placed,
     and the placed members as anchors (re-placement stays close to the rest of the gang).
-    `request_of`: a pod's request (the live state's cached parse: it charges the same pods)."""
+    `request_of`: a pod's request (the live state's cached parse: it charges the same pods);
+    `jobs`: the Volcano Jobs, whose task order ranks their pods (`ranks.pod_rank_key`)."""
     limits = gang_limits(view)
-    pods = tuple(PodSpec(_spec_name(pod_key(p)), request_of(p), ranks.pod_rank_key(p)) for p in view.pending)
+    pods = tuple(PodSpec(_spec_name(pod_key(p)), request_of(p), ranks.pod_rank_key(p, jobs)) for p in view.pending)
     required = max(1, view.min_member - len(view.placed))
     return Gang(
         name=_spec_name(view.key),
@@ -157,7 +159,7 @@ def decide(
     excluded = filter_nodes(state, view.pending, filter_cache)
     blocked_nodes = frozenset(excluded)
     anchors = {k: n for k, n in view.placed.items() if n not in blocked_nodes and _domain_ok(topology, n, excluded_domains)}
-    gang = core_gang(view, anchors, state.request_of)
+    gang = core_gang(view, anchors, state.request_of, state.vc_jobs)
     try:
         policies = subgroup_policies(view)
     except subgroups.SubGroupError as exc:

@@ -97,19 +97,23 @@ def test_a_node_that_flaps_counts_once() -> None:
 
 
 def test_it_closes_only_after_the_storm_stayed_clear_for_the_hold_down() -> None:
-    breaker, clock = Breaker(BreakerPolicy(window_seconds=60, hold_seconds=100)), FakeClock(0.0)
+    breaker, clock = Breaker(BreakerPolicy(window_seconds=600, hold_seconds=100)), FakeClock(0.0)
     storm = ["a", "b", "c", "d"]
     assert breaker.observe(storm, 3, clock()) is not None
+    clock.now = 30.0
+    assert breaker.observe(storm[:3], 3, clock()) is None  # one healed: still 3 failed, no hold-down
+    assert breaker.next_look(clock()) is None
     clock.now = 50.0
-    assert breaker.observe([], 3, clock()) is None  # healed, but still 4 within the window
-    clock.now = 61.0
-    assert breaker.observe([], 3, clock()) is None  # clear from here on: the hold-down starts
+    assert breaker.observe(storm[:2], 3, clock()) is None  # below the threshold: the hold-down starts
     assert breaker.next_look(clock()) == pytest.approx(100.0)
-    clock.now = 160.0
+    clock.now = 149.0
     assert breaker.observe([], 3, clock()) is None
-    clock.now = 161.0
+    clock.now = 150.0
     change = breaker.observe([], 3, clock())
     assert change is not None and change.state == CLOSED and change.reason == "StormCleared"
+    # the storm's failures are forgotten: the same nodes failing again within the window are a new storm
+    # only if enough of them fail anew
+    assert breaker.observe(["a", "b"], 3, 160.0) is None and breaker.state == CLOSED
 
 
 def test_a_storm_that_stays_failed_keeps_it_open_until_an_operator_closes_it() -> None:
@@ -155,3 +159,25 @@ def test_withdrawn_evictions_leave_the_queue_and_may_be_offered_again() -> None:
     assert sorted(ev.uid for ev in queue.withdraw()) == ["uid-0", "uid-1", "uid-2"]
     assert queue.withdraw() == []
     assert queue.offer(evs[0])  # forgotten: a later plan may offer it again
+
+
+def test_a_failed_node_is_acted_on_only_once_it_settled_so_a_storm_is_counted_first() -> None:
+    breaker = Breaker(BreakerPolicy(settle_seconds=3.0))
+    breaker.observe(["a"], 3, 0.0)
+    assert breaker.ripe({"a": "down"}, 1.0) == {}
+    assert breaker.next_look(1.0) == pytest.approx(2.0)  # the scheduler looks again when it settles
+    breaker.observe(["a", "b", "c"], 3, 1.5)  # the rest of the storm arrives within the settle time
+    assert breaker.state == OPEN and breaker.ripe({"a": "", "b": "", "c": ""}, 10.0) == {}
+
+
+def test_a_lone_failure_is_acted_on_after_the_settle_time() -> None:
+    breaker = Breaker(BreakerPolicy(settle_seconds=3.0))
+    breaker.observe(["a"], 3, 0.0)
+    assert breaker.ripe({"a": "down"}, 3.0) == {"a": "down"}
+    assert breaker.next_look(3.0) is None
+
+
+def test_without_the_breaker_failed_nodes_are_acted_on_at_once() -> None:
+    breaker = Breaker(BreakerPolicy(enabled=False))
+    breaker.observe(["a"], 3, 0.0)
+    assert breaker.ripe({"a": "down"}, 0.0) == {"a": "down"}

@@ -18,10 +18,15 @@ The rule, precisely (all counts are distinct nodes):
   `ceil(fraction x nodes)` (fraction default 0.10) and `floor` is the largest lowest-tier
   HyperNode's node count plus one, so a whole leaf failing (a single switch fault) never opens it.
 * **opens** when failed in the window reaches the threshold.
-* **closes** once, for `hold_seconds` on end (default 600), both the failed in the window and the
-  nodes failed now stay below the threshold; or at once when an operator asks
-  (`operator_close`), which also forgets the window so the nodes failed then are not counted
-  again. A large outage that stays failed keeps it open until a person closes it.
+* **settles**: a node is acted on only `settle_seconds` (default 3) after it entered the failed
+  set. The failures of one storm reach the scheduler as separate watch events (one taint or one
+  HyperNode condition at a time, over a second or two); without the wait the first of them would
+  be evicted for before the rest are counted. A single fault is remediated that much later.
+* **closes** once the nodes failed now have stayed below the threshold for `hold_seconds` on end
+  (default 600; any return to the threshold starts the hold-down again), or at once when an
+  operator asks (`operator_close`). Either way the failures counted so far are forgotten, so the
+  same storm does not open it again; only new failures count. A large outage that stays failed
+  keeps it open until a person closes it.
 
 Pure: the failed set, the tree and the time are passed in.
 """
@@ -29,7 +34,7 @@ Pure: the failed set, the tree and the time are passed in.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from aggregator.placement.topology import Topology
@@ -44,6 +49,7 @@ class BreakerPolicy:
     hold_seconds: float = 600.0
     fraction: float = 0.10
     threshold_nodes: int = 0  # 0: derived from the tree (module docstring)
+    settle_seconds: float = 3.0  # a newly failed node is acted on only this long after it failed
 
 
 def threshold(topology: Topology, policy: BreakerPolicy) -> int:
@@ -104,29 +110,47 @@ class Breaker:
             return Change(OPEN, "StormDetected",
                           f"{recent} nodes failed within {self.policy.window_seconds:.0f}s (threshold {limit}, "
                           f"{len(current)} failed now): fault evictions stopped")
-        if recent >= limit or len(current) >= limit:
+        if len(current) >= limit:
             self.calm_since = None
             return None
         self.calm_since = now if self.calm_since is None else self.calm_since
         if now - self.calm_since < self.policy.hold_seconds:
             return None
         return self._close("StormCleared", f"fewer than {limit} nodes failed for {self.policy.hold_seconds:.0f}s "
-                                           f"({recent} within the window, {len(current)} now): fault evictions resume")
+                                           f"({len(current)} now): fault evictions resume")
 
     def operator_close(self, now: float) -> Change | None:
         """An operator closes it: remediation resumes, and the nodes failed so far are not counted again."""
-        self.entered.clear()
         if self.state == CLOSED:
+            self.entered.clear()
             return None
         return self._close("OperatorClosed", f"closed by an operator ({len(self._failed)} nodes failed now): "
                                              "fault evictions resume")
 
     def _close(self, reason: str, message: str) -> Change:
+        """Closes; the failures counted so far are forgotten (they were the storm). A node still
+        failed counts as settled: remediation acts on it at once."""
+        self.entered.clear()
         self.state, self.opened_at, self.calm_since = CLOSED, None, None
         return Change(CLOSED, reason, message)
 
+    def ripe(self, failed: Mapping[str, str], now: float) -> dict[str, str]:
+        """The failed nodes remediation may act on now: none while open; else those failed for at
+        least `settle_seconds` (a node failed before the window began has settled long ago)."""
+        if self.state == OPEN:
+            return {}
+        if not self.policy.enabled:
+            return dict(failed)
+        settle = self.policy.settle_seconds
+        return {n: why for n, why in failed.items() if now - self.entered.get(n, float("-inf")) >= settle}
+
     def next_look(self, now: float) -> float | None:
-        """Seconds until the hold-down could end (None: nothing is timed)."""
-        if self.state != OPEN or self.calm_since is None:
-            return None
-        return max(0.0, self.calm_since + self.policy.hold_seconds - now)
+        """Seconds until something timed happens: the hold-down may end, or a failed node settles
+        (None: nothing is timed)."""
+        waits = []
+        if self.state == OPEN and self.calm_since is not None:
+            waits.append(self.calm_since + self.policy.hold_seconds - now)
+        if self.state == CLOSED and self.policy.enabled:
+            waits += [t + self.policy.settle_seconds - now for n, t in self.entered.items()
+                      if n in self._failed and now - t < self.policy.settle_seconds]
+        return max(0.0, min(waits)) if waits else None

@@ -94,7 +94,7 @@ def verdict(gang: GangView, failed: Mapping[str, str], degraded: Mapping[str, st
     return Verdict("True", "FabricHealthy", f"all {len(gang.placed)} placed members on healthy fabric")
 
 
-def current(podgroup: Mapping[str, Any], *, volcano: bool) -> Mapping[str, Any] | None:
+def current(podgroup: Mapping[str, Any], *, volcano: bool) -> dict[str, Any] | None:
     """The FabricHealthy condition the PodGroup carries now (status or annotation)."""
     if volcano:
         for cond in (podgroup.get("status") or {}).get("conditions") or []:

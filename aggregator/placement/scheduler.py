@@ -11,8 +11,11 @@ Volcano `RestartJob` Command); move our Volcano PodGroups from Pending to Inqueu
 is open and their minResources fit (Volcano's job controller creates a Job's pods only then);
 place every gang that has pending pods (waiting until minMember pods exist) through `decide` (the
 placement core) and bind it all or nothing (`binder`); write FailedScheduling events and
-conditions for gangs that do not fit, and PodGroup status. With `remediate_only` it does the
-fault handling alone (for clusters that place pods with vc-scheduler).
+conditions for gangs that do not fit, and PodGroup status. Fault evictions stop while the
+fault-storm breaker is open (`breaker.py`, `breaker_control.py`); every gang it schedules or
+remediates carries a FabricHealthy condition and its recovery is measured (`gang_watch.py`). With
+`remediate_only` it does the fault handling (and gang health) alone (for clusters that place pods
+with vc-scheduler).
 
 High availability: run two replicas with a Lease (`aggregator.service`, the aggregator's elector).
 Both keep warm caches; only the leader runs cycles, so only it decides, binds, evicts and writes
@@ -34,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -44,9 +47,12 @@ from agent.command_line import CommandParser
 from aggregator.placement import degraded, podgroups, ranks, rescheduler, topology, volcano
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
+from aggregator.placement.breaker import BreakerPolicy
+from aggregator.placement.breaker_control import BreakerControl
 from aggregator.placement.decide import Decision, decide
 from aggregator.placement.events import EventRecorder
 from aggregator.placement.eviction import EvictionQueue
+from aggregator.placement.gang_watch import GangWatch
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
 from aggregator.placement.scheduler_metrics import SchedulerMetrics
@@ -74,6 +80,9 @@ class Options:
     remediate_only: bool = False  # fault handling only: no binding, no PodGroup status
     job_restart_hold_seconds: float = 120.0  # a Volcano Job restarted for a fault is not restarted again sooner
     degraded_restart_seconds: float = 600.0  # restart-pods-on-degraded: how long a node stays degraded first
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)  # fault-storm breaker (breaker.py)
+    namespace: str = "hypertopo-system"  # of the breaker's ConfigMap (the Lease's namespace)
+    health_sweep_seconds: float = 60.0  # every tracked gang's health and whole-time ratio looked at again
 
 
 class Scheduler:
@@ -90,6 +99,7 @@ class Scheduler:
         self.faults = FaultTracker(options.unknown_grace_seconds)
         self.degraded = degraded.DegradedTracker(options.degraded_restart_seconds)
         self._degraded_nodes: frozenset[str] = frozenset()  # for the placement preference
+        self._degraded_why: dict[str, str] = {}  # the same nodes -> why (gang health)
         self._marked: dict[str, str] = {}  # nodes annotated degraded -> since (for restart-pods-on-degraded)
         self.events = EventRecorder(api, options.scheduler_name, repeat_seconds=options.event_repeat_seconds, clock=clock)
         self.binder = Binder(api, lambda outcome: self._queue.put(("bound", outcome)), workers=options.bind_workers)
@@ -103,6 +113,13 @@ class Scheduler:
         self.admission = Admission(self.state, self.status, self.events, options.scheduler_name)
         self._commands = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commands")
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.gang_watch = GangWatch(self.state, self.status, self.events, self.metrics,
+                                    sweep_seconds=options.health_sweep_seconds, clock=clock)
+        self.breaker = BreakerControl(api, options.breaker, namespace=options.namespace,
+                                      name=f"{options.scheduler_name}-remediation", events=self.events,
+                                      metrics=self.metrics, submit=self._commands,
+                                      post=lambda what: self._queue.put((what, None)),
+                                      withdraw=lambda: len(self.evictions.withdraw()))
         required = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, "")]
         optional = [(kube.PODGROUPS, ""), (kube.VC_PODGROUPS, ""), (kube.QUEUES, ""), (kube.VC_JOBS, "")]
         self.informers = [
@@ -196,6 +213,7 @@ class Scheduler:
     def _handle(self, what: str, payload: Any) -> None:
         if what == "watch":
             kind, event, obj = payload
+            self.gang_watch.touch(kind, event, obj)
             if event == "SYNC":
                 self.state.resync(kind, obj)
             elif event == "ABSENT":  # the kind's CRD is not installed
@@ -208,6 +226,8 @@ class Scheduler:
             self._bound(payload)
         elif what == "evicted":
             self._evicted(*payload)
+        elif what == "operator-close":
+            self.breaker.operator_close(self.clock())
         elif what == "restart-failed":
             self._restarted.pop(payload, None)
         elif what == "status-failed":
@@ -220,7 +240,8 @@ class Scheduler:
             self._topology_gen = self.state.topology_generation
             self._topology = topology.build(self.state.hypernodes.values(), topology.node_labels_of(self.state.nodes.values()))
             self._filter_cache.clear()
-            self._degraded_nodes = frozenset(degraded.degraded_nodes(self.state.nodes, self.state.hypernodes, self._topology))
+            self._degraded_why = degraded.degraded_nodes(self.state.nodes, self.state.hypernodes, self._topology)
+            self._degraded_nodes = frozenset(self._degraded_why)
             self._marked = degraded.marked_nodes(self.state.nodes)
             # The cluster view is large and long-lived: keep the cyclic GC from rescanning it in the
             # middle of decisions (a full collection over 10,000 nodes' objects took ~40 ms, the
@@ -236,12 +257,13 @@ class Scheduler:
         if self._scheduled_gen == self.state.generation and now < self._next_resync and not self.faults.unknown_since:
             return
         self._fabric_faults(failed_domains, now)
+        self.gang_watch.refresh(self._topology, self._failed_now, self._degraded_why, now)
         if not self.options.remediate_only:
             self.admission.enqueue_jobs()
             self._schedule(frozenset(rescheduler.own_failures(self._topology, failed_domains)), now)
             self.status.write_dirty(self.state, self._in_flight)
         self._scheduled_gen = self.state.generation
-        self._next_resync = now + self.options.resync_seconds
+        self._next_resync = now + self.breaker.wake_in(now, self.options.resync_seconds)
         self.metrics.pending.set(len(self.state.pending_keys))
 
     # -- fault-driven rescheduling ------------------------------------------------------------
@@ -258,6 +280,7 @@ class Scheduler:
             log.info("fabric-failed nodes: %s", sorted(failed) or "none")
             self._failed_nodes = failed
             self.metrics.failed_nodes.set(len(failed))
+        failed = self.breaker.actionable(failed, self._topology, now)  # none in a fault storm (breaker.py)
         if not failed:
             return
         affected = podgroups.gangs_on_nodes(self.state, set(failed))
@@ -272,7 +295,7 @@ class Scheduler:
     def _degraded_faults(self, now: float) -> None:
         """restart-pods-on-degraded: pods on nodes degraded for long enough (degraded.py)."""
         due = self.degraded.due(self._marked, now)
-        if not due:
+        if not due or self.breaker.is_open:
             return
         for eviction in degraded.plan(podgroups.gangs_on_nodes(self.state, set(due)), due):
             if self.evictions.offer(eviction):
@@ -476,11 +499,35 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds a node must stay degraded (annotation hypertopo.io/fabric-degraded) before the "
                              "pods of gangs annotated hypertopo.io/on-fabric-fault=restart-pods-on-degraded are "
                              f"evicted from it (default {d.degraded_restart_seconds:.0f})")
+    b = d.breaker
+    parser.add_argument("--breaker-window", type=float, default=b.window_seconds,
+                        help="fault-storm breaker: seconds over which newly failed nodes are counted "
+                             f"(default {b.window_seconds:.0f})")
+    parser.add_argument("--breaker-threshold", type=int, default=b.threshold_nodes,
+                        help="fault-storm breaker: nodes failing within the window that stop fault evictions; 0 "
+                             "(default) derives it from the tree: a whole spine's worth of nodes or --breaker-fraction "
+                             "of all nodes, whichever is fewer, but always more than the largest leaf")
+    parser.add_argument("--breaker-fraction", type=float, default=b.fraction,
+                        help=f"fault-storm breaker: the share of the nodes in the tree (default {b.fraction:g})")
+    parser.add_argument("--breaker-hold", type=float, default=b.hold_seconds,
+                        help="fault-storm breaker: seconds the failures must stay below the threshold before fault "
+                             f"evictions resume (default {b.hold_seconds:.0f}); or annotate the ConfigMap "
+                             "<scheduler-name>-remediation hypertopo.io/remediation-breaker=close")
+    parser.add_argument("--breaker-settle", type=float, default=b.settle_seconds,
+                        help="fault-storm breaker: seconds a node must have been failed before its pods are evicted, so "
+                             "that a storm's failures, which arrive one watch event at a time, are counted first "
+                             f"(default {b.settle_seconds:g})")
+    parser.add_argument("--no-breaker", action="store_true",
+                        help="never stop fault evictions for a fault storm (and act on failed nodes at once)")
+    parser.add_argument("--health-sweep", type=float, default=d.health_sweep_seconds,
+                        help="seconds between looks at every tracked gang's FabricHealthy condition and whole-time "
+                             f"ratio besides those its changes trigger (default {d.health_sweep_seconds:.0f})")
     parser.add_argument("--resync", type=float, default=d.resync_seconds, help="retry unschedulable gangs every N seconds")
     parser.add_argument("--remediate-only", action="store_true",
                         help="only act on fabric faults (evictions, Volcano RestartJob) for gangs that opted in with "
-                             "hypertopo.io/on-fabric-fault, whichever scheduler placed them; bind nothing and write no "
-                             "PodGroup status (for clusters that place pods with vc-scheduler)")
+                             "hypertopo.io/on-fabric-fault, whichever scheduler placed them, and keep their "
+                             "FabricHealthy condition; bind nothing and write no other PodGroup status (for clusters "
+                             "that place pods with vc-scheduler)")
     parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "hypertopo-system"),
                         help="namespace of the leader-election Lease (default $POD_NAMESPACE, else hypertopo-system)")
     add_election_arguments(parser, lease_name="hypertopo-scheduler")  # one Lease per scheduler name
@@ -492,7 +539,11 @@ def options_from(args: argparse.Namespace) -> Options:
                    eviction_rate=args.eviction_rate, eviction_burst=args.eviction_burst,
                    unknown_grace_seconds=args.unknown_grace, resync_seconds=args.resync,
                    degraded_restart_seconds=args.degraded_restart_after,
-                   remediate_only=args.remediate_only)
+                   remediate_only=args.remediate_only, namespace=args.namespace,
+                   health_sweep_seconds=args.health_sweep,
+                   breaker=BreakerPolicy(enabled=not args.no_breaker, window_seconds=args.breaker_window,
+                                         hold_seconds=args.breaker_hold, fraction=args.breaker_fraction,
+                                         threshold_nodes=args.breaker_threshold, settle_seconds=args.breaker_settle))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+RECOVERY_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 4 * 3600.0)
+
+
+class _WholeTime:
+    """`hypertopo_gang_whole_time_ratio`, read at scrape time from the gang watch: one series per
+    gang it tracks, none once the gang ended (so the series count follows the live gangs)."""
+
+    def __init__(self, ratios: Callable[[], Mapping[tuple[str, str], float]]) -> None:
+        self.read = ratios
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "hypertopo_gang_whole_time_ratio",
+            "Per gang: time with every member Running and FabricHealthy True over the time since it first ran whole.",
+            labels=["namespace", "podgroup"])
+        for (namespace, name), ratio in sorted(self.read().items()):
+            family.add_metric([namespace, name], ratio)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
 
 
 class SchedulerMetrics:
@@ -31,3 +56,28 @@ class SchedulerMetrics:
                                registry=registry)
         self.failed_nodes = Gauge("hypertopo_scheduler_fabric_failed_nodes",
                                   "Nodes the scheduler treats as failed by the fabric.", registry=registry)
+        self.gang_health = Gauge("hypertopo_gang_fabric_healthy",
+                                 "Gangs hypertopo schedules or remediates, by their FabricHealthy status.", ["status"],
+                                 registry=registry)
+        self.recovery_seconds = Histogram(
+            "hypertopo_gang_recovery_seconds",
+            "Fault seen on a gang -> every replacement bound (stage=bound) -> every member Running (stage=running).",
+            ["stage"], buckets=RECOVERY_BUCKETS, registry=registry)
+        self.tier_after_recovery = Counter(
+            "hypertopo_gang_tier_after_recovery",
+            "Recoveries by the gang's tier (lowest HyperNode holding every member) before the fault and once bound again.",
+            ["tier_before", "tier_after"], registry=registry)
+        self.breaker_open = Gauge("hypertopo_remediation_breaker_open",
+                                  "1 while the fault-storm breaker holds fault evictions back.", registry=registry)
+        self.breaker_trips = Counter("hypertopo_remediation_breaker_trips",
+                                     "Times the fault-storm breaker opened.", registry=registry)
+        self.breaker_recent = Gauge("hypertopo_remediation_breaker_failed_in_window",
+                                    "Nodes that failed within the breaker's window.", registry=registry)
+        self.breaker_threshold = Gauge("hypertopo_remediation_breaker_threshold",
+                                       "Nodes failing within the window that open the breaker.", registry=registry)
+        self.breaker_withheld = Counter("hypertopo_remediation_breaker_withheld_evictions",
+                                        "Queued fault evictions withdrawn when the breaker opened.", registry=registry)
+
+    def watch_gangs(self, ratios: Callable[[], Mapping[tuple[str, str], float]]) -> None:
+        """Serves the per-gang whole-time ratios (`_WholeTime`) from `ratios`."""
+        self.registry.register(_WholeTime(ratios))

@@ -135,11 +135,18 @@ def test_bad_topology_and_subgroup_settings_are_reported_and_other_gangs_still_r
                                                              "matchLabelKeys": ["part"]}])
         add_vc_podgroup(cluster, "toobig", 3, networkTopology={"mode": "hard", "highestTierAllowed": 1})
         add_vc_podgroup(cluster, "ok", 2, networkTopology={"mode": "hard", "highestTierAllowed": 1})
+        add_vc_podgroup(cluster, "softname", 1, networkTopology={"mode": "soft", "highestTierName": "rack"})
         cluster.add_pods([*[vc_pod(cluster, f"tiername-{i}", "tiername", name) for i in range(2)],
+                          vc_pod(cluster, "softname-0", "softname", name),
                           *[vc_pod(cluster, f"size-{i}", "size", name, gpus=1, labels={"part": "0"}) for i in range(3)],
                           *[vc_pod(cluster, f"toobig-{i}", "toobig", name) for i in range(3)],
                           *[vc_pod(cluster, f"ok-{i}", "ok", name) for i in range(2)]])
-        assert set(cluster.wait_bound(2)) == {"ok-0", "ok-1"}
+        assert set(cluster.wait_bound(3)) == {"ok-0", "ok-1", "softname-0"}
+        # soft mode places without the unknown tier name, and says so in hard mode's words
+        said = wait_for("the soft gang's warning", lambda: [
+            e for e in cluster.events("FailedScheduling") if e["involvedObject"]["name"] in ("softname-0", "softname")])
+        assert all("highest tier name 'rack' matches no tier" in e["message"] and "soft mode" in e["message"]
+                   for e in said), said
         expected = {"tiername": "highest tier name 'rack' matches no tier",
                     "size": "subGroupPolicy 'tp' has 1 sub-group(s) among the gang's pods, minSubGroups is 2",
                     "toobig": "within tier <= 1"}

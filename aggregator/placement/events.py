@@ -99,6 +99,16 @@ class EventRecorder:
             self.record(group, reason=SCHEDULED, event_type="Normal", kind="PodGroup", api_version=api_version,
                         message=PODGROUP_READY)
 
+    def gang_warning(self, pods: Iterable[Mapping[str, Any]], podgroup: Mapping[str, Any] | None, api_version: str,
+                     message: str) -> None:
+        """A placed gang's limit that could not be applied (a soft limit naming an unknown tier): the
+        `FailedScheduling` Warning hard mode writes for it, with the same words, on each pod and
+        the PodGroup, though the gang is placed."""
+        for pod in pods:
+            self.record(pod, reason="FailedScheduling", message=message)
+        if podgroup is not None:
+            self.record(podgroup, reason="FailedScheduling", message=message, kind="PodGroup", api_version=api_version)
+
     def _post(self, body: dict[str, Any]) -> None:
         try:
             self.api.create_event(body["metadata"]["namespace"], body)

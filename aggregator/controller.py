@@ -42,6 +42,7 @@ from agent.adapters.endpoints import serve
 from agent.adapters.informer import Informer
 from agent.command_line import CommandParser
 from agent.report import API_GROUP, API_VERSION
+from aggregator import slim
 from aggregator.adapters import kube as kubeapi
 from aggregator.adapters.kueue import TopologyClient
 from aggregator.graph import Finding
@@ -162,6 +163,11 @@ def orphaned_reports(topologies: Mapping[str, Obj], nodes: Mapping[str, Obj]) ->
     return sorted(name for name in topologies if name not in nodes)
 
 
+def _slim_nodes(written: Mapping[str, Obj]) -> dict[str, Obj]:
+    """Nodes our writes returned, kept as the informer keeps them until its watch catches up."""
+    return {name: slim.slim_node(node) for name, node in written.items()}
+
+
 def freeze_start_up_heap() -> bool:
     """Moves every object alive now out of the garbage collector's sight (`gc.freeze`); True.
 
@@ -201,8 +207,10 @@ class Controller:
         self.last_beat = time.monotonic()
         wake = self.changed.set
         # the changed keys of these three drive the feed (`view().changed`)
-        self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake, track_changes=True)
-        self.nodes = Informer(kube, kubeapi.NODES, on_change=wake, track_changes=True)
+        # slim records (aggregator.slim): the parsed report, the Node and agent pod fields read
+        self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake, track_changes=True,
+                                   transform=slim.slim_topology)
+        self.nodes = Informer(kube, kubeapi.NODES, on_change=wake, track_changes=True, transform=slim.slim_node)
         self.pods = Informer(
             kube,
             kubeapi.PODS,
@@ -210,6 +218,7 @@ class Controller:
             namespace=options.agent_namespace,
             on_change=wake,
             track_changes=True,
+            transform=slim.slim_agent_pod,
         )
         self.hypernodes = Informer(kube, kubeapi.HYPERNODES, on_change=wake)
         self.applier = Applier(kubeapi.HyperNodeClient(kube), may_write=may_write)
@@ -372,20 +381,20 @@ class Controller:
         writes = outcome.total_writes
         if self.options.node_labels:
             marks = self.marker.apply_labels(desired.node_labels, view.nodes)
-            self._node_overlay.written.update(marks.written)
+            self._node_overlay.written.update(_slim_nodes(marks.written))
             writes += sum(marks.writes.values())
         if self.kueue is not None:
             writes += self.kueue.sync(desired.hypernodes, self.clock())
         if self.options.taint_unhealthy:
             nodes = self._node_overlay.view(self.nodes.snapshot())
             marks = self.marker.apply_taints(desired.unhealthy_nodes, nodes)
-            self._node_overlay.written.update(marks.written)
+            self._node_overlay.written.update(_slim_nodes(marks.written))
             writes += sum(marks.writes.values())
         if self.options.mark_degraded:
             nodes = self._node_overlay.view(self.nodes.snapshot())
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
             marks = self.marker.apply_degraded(desired.degraded_nodes, nodes, since)
-            self._node_overlay.written.update(marks.written)
+            self._node_overlay.written.update(_slim_nodes(marks.written))
             writes += sum(marks.writes.values())
         if writes:
             log.info("reconcile: %d API writes (%s)", writes, dict(outcome.writes))

@@ -22,6 +22,13 @@ What a consumer gets, pick what fits:
 - `on_event(type, payload)`: every change as it arrives, from the informer thread, for a consumer
   that keeps its own state (the scheduler): ("SYNC", [objects]) after each list, ("ABSENT", [])
   when an optional kind is not served, and (ADDED | MODIFIED | DELETED, object) per watch event.
+
+`transform` (optional) turns each object into what is kept of it, on arrival, before anyone sees
+it (client-go's informer transforms): the aggregator and the scheduler keep slim records
+(aggregator.slim), so 100,000 Nodes with their images and managedFields are never held whole. It
+must accept its own output (a re-list may pass a record through it again). A re-list keeps the
+cached record of an object whose resourceVersion did not change, so a consumer that compares
+records by identity (the aggregator's feed, its parsed reports) sees no change there.
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ class ListWatch(Protocol):
     """What an informer needs of `KubeClient` (tests script it)."""
 
     def list(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
-             field_selector: str | None = None) -> tuple[list[Obj], str]: ...
+             field_selector: str | None = None, transform: Callable[[Obj], Obj] | None = None
+             ) -> tuple[list[Obj], str]: ...
 
     def watch(self, resource: Resource, *, resource_version: str, namespace: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None,
@@ -79,6 +87,7 @@ class Informer:
         watch_timeout: int = 60,
         max_backoff: float = 5.0,
         track_changes: bool = False,
+        transform: Callable[[Obj], Obj] | None = None,
     ):
         self.kube = kube
         self.resource = resource
@@ -86,6 +95,7 @@ class Informer:
         self.selectors = {"label_selector": label_selector or None, "field_selector": field_selector or None}
         self.on_change = on_change
         self.on_event = on_event
+        self.transform = transform
         self.optional, self.absent_recheck = optional, absent_recheck
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
@@ -115,7 +125,15 @@ class Informer:
 
     # -- cache updates -----------------------------------------------------------------------------
     def _replace(self, items: list[Obj]) -> None:
-        fresh = {object_key(o): o for o in items}
+        if self.transform is not None:
+            items = [self.transform(o) for o in items]
+        with self._lock:
+            old = self._objects
+        fresh = {}
+        for obj in items:  # an unchanged object keeps its cached record (same identity)
+            key = object_key(obj)
+            before = old.get(key)
+            fresh[key] = before if before is not None and _version(before) == _version(obj) and _version(obj) else obj
         with self._lock:
             old, self._objects = self._objects, fresh
             if self.track_changes:
@@ -124,6 +142,8 @@ class Informer:
         self._emit("SYNC", items)
 
     def _apply(self, kind: str, obj: Obj) -> None:
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = object_key(obj)
         with self._lock:
             if kind == "DELETED":
@@ -177,7 +197,13 @@ class Informer:
                     backoff = min(self.max_backoff, backoff * 2)
 
     def _list(self) -> str:
-        items, version = self.kube.list(self.resource, namespace=self.namespace, **self.selectors)
+        labels, fields = self.selectors["label_selector"], self.selectors["field_selector"]
+        if self.transform is None:
+            items, version = self.kube.list(self.resource, namespace=self.namespace, label_selector=labels,
+                                            field_selector=fields)
+        else:  # slimmed page by page where the client can (KubeClient); _replace applies it in any case
+            items, version = self.kube.list(self.resource, namespace=self.namespace, label_selector=labels,
+                                            field_selector=fields, transform=self.transform)
         if self.absent:
             log.info("%s: the API server serves %s now", self.resource.plural, self.resource.prefix)
             self.absent = False

@@ -288,19 +288,22 @@ class KubeClient:
         return self.request("GET", resource.path(namespace=namespace, name=name))
 
     def list(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
-             field_selector: str | None = None) -> tuple[list[Obj], str]:
+             field_selector: str | None = None,
+             transform: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
         """All objects (paged; every namespace unless one is named) and the list's resourceVersion,
-        where a watch starts from."""
+        where a watch starts from. `transform` is applied page by page, so a list of 100,000 whole
+        Nodes is never held at once (the informers keep slim records: aggregator.slim)."""
         items: list[Obj] = []
         token: str | None = None
         while True:
             query = {"labelSelector": label_selector or None, "fieldSelector": field_selector or None,
                      "limit": 500, "continue": token}
             doc = self.request("GET", resource.path(namespace=namespace), query=query)
-            items.extend(doc.get("items") or [])
-            token = (doc.get("metadata") or {}).get("continue")
+            page, meta = doc.pop("items", None) or [], doc.get("metadata") or {}
+            items.extend(map(transform, page) if transform is not None else page)
+            token = meta.get("continue")
             if not token:
-                return items, str((doc.get("metadata") or {}).get("resourceVersion", ""))
+                return items, str(meta.get("resourceVersion", ""))
 
     def watch(self, resource: Resource, *, resource_version: str, namespace: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None,

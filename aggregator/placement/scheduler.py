@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry
 
 from agent.adapters.endpoints import serve
 from agent.command_line import CommandParser
+from aggregator import slim
 from aggregator.placement import degraded, podgroups, ranks, rescheduler, topology, volcano
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
@@ -122,9 +123,12 @@ class Scheduler:
                                       withdraw=lambda: len(self.evictions.withdraw()))
         required = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, "")]
         optional = [(kube.PODGROUPS, ""), (kube.VC_PODGROUPS, ""), (kube.QUEUES, ""), (kube.VC_JOBS, "")]
+        # slim records (aggregator.slim): what placement, filters and fault handling read
+        slimmers = {"Node": slim.slim_node, "Pod": slim.slim_pod}
         self.informers = [
             kube.Informer(api, res, on_event=self._sink(res.kind), label_selector=sel,
-                          watch_timeout=options.watch_timeout, optional=(res, sel) in optional)
+                          watch_timeout=options.watch_timeout, optional=(res, sel) in optional,
+                          transform=slimmers.get(res.kind, slim.without_managed_fields))
             for res, sel in required + optional
         ]
         self._stop = threading.Event()

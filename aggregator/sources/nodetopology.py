@@ -179,11 +179,22 @@ class NodeReports(Source):
         graph.set_facts_of_nodes(facts)
 
 
+# where an informer's slim record (aggregator.slim) keeps the report it parsed on arrival, or the
+# reason it could not: not a field a NodeTopology can have, so it never clashes with one
+PARSED_KEY = "hypertopo.io/parsed-report"
+
+
 def report_from_object(obj: Mapping[str, Any]) -> NodeReport:
     """A NodeTopology object (as the API returns it, or from a file) -> its NodeReport.
 
     The object name is the node name; a spec without nodeName takes it from there. Raises
-    WireError (a ValueError naming the field) for anything of the wrong shape."""
+    WireError (a ValueError naming the field) for anything of the wrong shape. A slim record
+    (aggregator.slim) hands back the report parsed on arrival, or raises its reason again."""
+    parsed = obj.get(PARSED_KEY)
+    if isinstance(parsed, NodeReport):
+        return parsed
+    if parsed is not None:
+        raise WireError(str(parsed))
     metadata = obj.get("metadata", {})
     if not isinstance(metadata, Mapping):
         raise WireError(f"metadata: expected an object, got {type(metadata).__name__}")

@@ -462,7 +462,7 @@ CLUSTER_RULES: dict[str, dict[str, set[str]]] = {
         "pods/status": {"patch"},
         "nodes": {"get", "list", "watch"},
         "hypernodes.topology.volcano.sh": {"get", "list", "watch"},
-        "podgroups.scheduling.x-k8s.io": {"get", "list", "watch"},
+        "podgroups.scheduling.x-k8s.io": {"get", "list", "watch", "patch"},  # annotations
         "podgroups.scheduling.x-k8s.io/status": {"get", "patch", "update"},
         "podgroups.scheduling.volcano.sh": {"get", "list", "watch", "patch"},
         "queues.scheduling.volcano.sh": {"get", "list", "watch"},
@@ -476,7 +476,8 @@ NAMESPACE_RULES: dict[str, dict[str, dict[str, set[str]]]] = {
     "hypertopo-agent": {},
     "hypertopo-aggregator": {NS: {"leases.coordination.k8s.io": {"get", "create", "update", "patch"}},
                              AGENT_NS: {"pods": {"get", "list", "watch"}}},
-    "hypertopo-scheduler": {NS: {"leases.coordination.k8s.io": {"get", "create", "update"}}},
+    "hypertopo-scheduler": {NS: {"leases.coordination.k8s.io": {"get", "create", "update"},
+                                 "configmaps": {"get", "create", "patch"}}},  # the breaker's ConfigMap
 }
 DEFAULT_SELF_REVIEWS = {"selfsubjectreviews.authentication.k8s.io", "selfsubjectaccessreviews.authorization.k8s.io",
                         "selfsubjectrulesreviews.authorization.k8s.io"}  # fmt: skip

@@ -19,6 +19,10 @@ plus etcd CPU against ~1.9 ms per bind), one per gang, and nothing waits on a bo
 while every pending bind holds a gang's pods back. The writes are not dropped or merged across
 PodGroups: each gang's status is still written once, with the same content, a little later (at
 most `max_delay` while binds keep coming); `shutdown()` writes what is left.
+
+A bound gang's rank map (an annotation of its PodGroup) and its hostfile ConfigMap (`hostfile`)
+go the same deferred way; one that fails is queued again by the next `write_dirty` at least
+`retry_seconds` later (nothing else would rewrite it: they are written once per bound gang).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from aggregator.placement.state import VOLCANO, XK8S, ClusterState, PodKey
 log = logging.getLogger("hypertopo.scheduler")
 Target = tuple[str, PodKey]  # (flavour, PodGroup key); flavour + ANNOTATIONS: its annotations
 ANNOTATIONS = "+annotations"
+HOSTFILE = "hostfile"  # (HOSTFILE, PodGroup key): the gang's hostfile ConfigMap (the whole object)
 
 
 class StatusWriter:
@@ -43,9 +48,12 @@ class StatusWriter:
     `busy()`: whether binds are pending (deferred writes wait while it is true, up to `max_delay`)."""
 
     def __init__(self, api: Any, on_failure: Callable[[Target], None], *, busy: Callable[[], bool] = lambda: False,
-                 max_delay: float = 5.0, poll: float = 0.02, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_delay: float = 5.0, poll: float = 0.02, clock: Callable[[], float] = time.monotonic,
+                 retry_seconds: float = 10.0) -> None:
         self.api, self.on_failure = api, on_failure
         self.busy, self.max_delay, self.poll, self.clock = busy, max_delay, poll, clock
+        self.retry_seconds = retry_seconds
+        self._failed: dict[Target, tuple[float, dict[str, Any]]] = {}  # rank map / hostfile writes to retry
         self._urgent: dict[Target, dict[str, Any]] = {}  # insertion order: the order they were queued
         self._deferred: dict[Target, tuple[float, dict[str, Any]]] = {}  # target -> (first queued, status)
         self._cond = threading.Condition()
@@ -68,6 +76,7 @@ class StatusWriter:
 
     def write_dirty(self, state: ClusterState, in_flight: set[PodKey]) -> None:
         """Writes status for the PodGroups whose pods changed (a gang being bound waits: one write)."""
+        self._retry_failed()
         dirty, state.dirty_gangs = state.dirty_gangs, set()
         for key in dirty:
             if key in in_flight:
@@ -124,6 +133,20 @@ class StatusWriter:
         a bound gang's status: nothing waits on it."""
         self.queue((flavour + ANNOTATIONS, key), annotations, defer=True)
 
+    def hostfile(self, key: PodKey, config_map: dict[str, Any]) -> None:
+        """Queues the create-or-update of a gang's hostfile ConfigMap (`hostfile.config_map`),
+        deferred like the rank map."""
+        self.queue((HOSTFILE, key), config_map, defer=True)
+
+    def _retry_failed(self) -> None:
+        with self._cond:
+            now = self.clock()
+            due = [(t, body) for t, (since, body) in self._failed.items() if now - since >= self.retry_seconds]
+            for target, _ in due:
+                del self._failed[target]
+        for target, body in due:
+            self.queue(target, body, defer=True)
+
     def queue(self, target: Target, status: dict[str, Any], *, defer: bool = False) -> None:
         """Queues a write; one still queued for the same PodGroup takes the new fields over its own
         (an urgent one absorbs a deferred one, which then goes at once)."""
@@ -178,7 +201,9 @@ class StatusWriter:
 
         flavour, (namespace, name) = target
         try:
-            if flavour.endswith(ANNOTATIONS):
+            if flavour == HOSTFILE:
+                self._write_hostfile(status)
+            elif flavour.endswith(ANNOTATIONS):
                 resource = kube.VC_PODGROUPS if flavour == VOLCANO + ANNOTATIONS else kube.PODGROUPS
                 self.api.patch(resource, namespace, name, {"metadata": {"annotations": status}})
             elif flavour == VOLCANO:
@@ -186,7 +211,33 @@ class StatusWriter:
             else:
                 self.api.patch_status(kube.PODGROUPS, namespace, name, {"status": status})
         except Exception as exc:
-            log.warning("PodGroup %s/%s status not written (retried on the next cycle): %s", namespace, name, exc)
+            what = "status" if flavour in (XK8S, VOLCANO) else "rank map" if flavour.endswith(ANNOTATIONS) else "hostfile"
+            log.warning("PodGroup %s/%s %s not written (retried on a later cycle): %s", namespace, name, what, exc)
+            if flavour not in (XK8S, VOLCANO):  # written once per bound gang: queued again later
+                with self._cond:
+                    self._failed[target] = (self.clock(), status)
             self.on_failure(target)
         else:
             self.completed += 1
+
+    def _write_hostfile(self, config_map: dict[str, Any]) -> None:
+        """Creates the ConfigMap, or updates it when it exists and is ours (`hostfile.update_patch`:
+        the API server refuses the patch of a ConfigMap without our label, which is then left alone)."""
+        from aggregator.placement import hostfile
+        from aggregator.placement.adapters import kube
+
+        meta = config_map["metadata"]
+        try:
+            self.api.create(kube.CONFIGMAPS, config_map, namespace=meta["namespace"])
+            return
+        except kube.ApiError as exc:
+            if exc.status != 409:
+                raise
+        path = kube.CONFIGMAPS.path(namespace=meta["namespace"], name=meta["name"])
+        try:
+            self.api.request("PATCH", path, body=hostfile.update_patch(config_map), content_type=kube.JSON_PATCH)
+        except kube.ApiError as exc:
+            if exc.status not in (409, 422):  # 422: the test for our label failed
+                raise
+            log.warning("ConfigMap %s/%s exists and is not hypertopo-scheduler's (no label %s=%s): left alone",
+                        meta["namespace"], meta["name"], *hostfile.MANAGED_BY)

@@ -2,7 +2,8 @@
 list, watch, bind, evict, events, merge patches) and the names the scheduler's modules use.
 
 Only descriptors live here: the PodGroup kinds of both gang flavours, Volcano's Queue, Job and
-Command. Their CRDs may not be installed; the scheduler's informers treat them as optional.
+Command (their CRDs may not be installed; the scheduler's informers treat them as optional), and
+ConfigMaps (a bound gang's hostfile, `hostfile`; written, never watched).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from agent.adapters.kube import (
 )
 from agent.api_error import ApiError
 
-__all__ = ["COMMANDS", "EVENTS", "HYPERNODES", "MERGE_PATCH", "NAMESPACES", "NODES", "PODGROUPS", "PODS", "QUEUES",
-           "VC_JOBS", "VC_PODGROUPS", "ApiError", "Informer", "KubeClient", "Resource", "connect", "wait_synced"]
+__all__ = ["COMMANDS", "CONFIGMAPS", "EVENTS", "HYPERNODES", "JSON_PATCH", "MERGE_PATCH", "NAMESPACES", "NODES",
+           "PODGROUPS", "PODS", "QUEUES", "VC_JOBS", "VC_PODGROUPS", "ApiError", "Informer", "KubeClient", "Resource", "connect", "wait_synced"]
 
 PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True)
 VC_PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "VolcanoPodGroup", namespaced=True)
 QUEUES = Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue")
 VC_JOBS = Resource("batch.volcano.sh", "v1alpha1", "jobs", "VolcanoJob", namespaced=True)
 COMMANDS = Resource("bus.volcano.sh", "v1alpha1", "commands", "Command", namespaced=True)
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+JSON_PATCH = "application/json-patch+json"

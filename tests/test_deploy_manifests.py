@@ -470,6 +470,7 @@ CLUSTER_RULES: dict[str, dict[str, set[str]]] = {
         "commands.bus.volcano.sh": {"create"},
         "events": {"create", "patch"},
         "events.events.k8s.io": {"create", "patch"},
+        "configmaps": {"create", "patch"},  # a bound gang's hostfile, in the gang's namespace
     },
 }
 NAMESPACE_RULES: dict[str, dict[str, dict[str, set[str]]]] = {

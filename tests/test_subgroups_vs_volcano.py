@@ -193,6 +193,7 @@ def judge(case: Case, fab: Fabric, got: Mapping[str, Mapping[str, str]], expecte
     return outcome, failures, line
 
 
+@pytest.mark.timeout(900)  # about a minute alone; a busy machine slows both schedulers' rounds
 def test_hypertopo_and_vc_scheduler_accept_and_refuse_the_same_subgroup_gangs() -> None:
     volcano_dir()  # a missing Volcano build skips (fails under HYPERTOPO_REQUIRE_REAL=1) before any setup
     plan, expected = rounds()

@@ -150,7 +150,7 @@ def from_annotations(annotations: Mapping[str, str]) -> tuple[Policy, ...]:
     keys = tuple(k.strip() for k in annotations.get(KEYS_ANNOTATION, "").split(",") if k.strip())
     if not keys:
         raise SubGroupError(f"{KEYS_ANNOTATION} is required: pods form sub-groups by the values of these labels")
-    tier = _count(annotations.get(TIER_ANNOTATION), TIER_ANNOTATION, 0) if TIER_ANNOTATION in annotations else None
+    tier = _count(annotations.get(TIER_ANNOTATION), TIER_ANNOTATION, 0) or None  # "0" or empty: no tier limit
     mode = Mode.SOFT if annotations.get(MODE_ANNOTATION, "").lower() == "soft" else Mode.HARD
     topology = Topology(mode, tier, annotations.get(TIER_NAME_ANNOTATION) or None)
     has_limit = tier is not None or TIER_NAME_ANNOTATION in annotations

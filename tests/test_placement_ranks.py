@@ -4,6 +4,7 @@ a pod's rank comes from the index its controller wrote, else its name's trailing
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -247,3 +248,40 @@ def test_the_live_scheduler_gang_carries_each_pod_rank_from_its_labels() -> None
     result = place(topology, free, Gang(gang.name, gang.pods))
     assert [p.rank[4] for p in gang.pods if p.rank] == [1, 0]
     assert result.assignments == {"ns/alpha": "node-4", "ns/zeta": "node-12"}
+
+
+def test_the_simulator_reports_rank_order_crossings_against_the_minimum_per_tier() -> None:
+    """Every gang the simulator starts is read in rank order; hypertopo's placements cross the
+    fewest boundaries at every tier, and the report tells a policy whose order does not apart."""
+    from agent.cluster_model import parse_model
+    from aggregator.placement.policies import policy
+    from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
+    from aggregator.placement.trace import parse_trace
+
+    model = parse_model({"switches": {"core": {"switches": ["s1", "s2"]}, "s1": {"switches": ["l1", "l2"]},
+                                      "s2": {"switches": ["l3", "l4"]}},
+                         "blocks": [{"switch": f"l{i}", "nodes": [f"n[{4 * i - 3}-{4 * i}]"]} for i in range(1, 5)]})
+    topology = build(model_hypernodes(model))
+    rng = random.Random(3)  # gangs of 2-24 pods of 2-8 GPUs on 16 nodes of 8, arriving as others leave
+    trace = parse_trace({"jobs": [{"name": f"j{i}", "arrival": i, "pods": rng.randint(2, 24),
+                                   "gpus_per_pod": rng.choice((2, 4, 8)), "duration": rng.randint(1, 6), "mode": "soft"}
+                                  for i in range(60)]})
+    ours = Simulation(topology, node_capacity(model.nodes()), trace, policy("hypertopo")).run()
+    report = ours["rank_order_crossings"]
+    assert report and all(row["crossed"] == row["minimum"] for row in report.values()), report
+    started, total = (int(x) for x in ours["gangs_at_minimum_crossings"].split("/"))
+    assert started == total > 0
+    assert sum(row["minimum"] for row in report.values()) > 0  # some gangs spanned domains: the check had work
+
+    def by_string(topology: Topology, free: Any, gang: Gang, **kw: Any) -> Any:
+        """hypertopo's nodes, matched to pods backwards in rank order: its boundaries no longer minimal."""
+        placed = policy("hypertopo")(topology, free, gang, **kw)
+        if not placed.ok:
+            return placed
+        order = sorted(placed.assignments, key=ranks.name_key)
+        nodes = sorted(placed.assignments.values(), key=topology.fabric_position.__getitem__)
+        shuffled = dict(zip(order, nodes[::2] + nodes[1::2], strict=True))
+        return dataclasses.replace(placed, assignments=shuffled)
+
+    theirs = Simulation(topology, node_capacity(model.nodes()), trace, by_string).run()
+    assert any(row["crossed"] > row["minimum"] for row in theirs["rank_order_crossings"].values())

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from aggregator.placement.topology import Natural, Topology, natural
 
 __all__ = ["RANK_MAP_ANNOTATION", "RankKey", "crossings", "fabric_key", "in_fabric_order", "minimum_crossings",
-           "name_key", "natural", "pod_rank_key", "rank_map", "task_order"]
+           "name_key", "natural", "nodes_in_rank_order", "pod_rank_key", "rank_map", "task_order"]
 
 # (task order or leader first, task/replica group, job index, unindexed, index, name)
 RankKey = tuple[int, Natural, int, int, int, str]
@@ -144,6 +144,12 @@ def in_fabric_order(topology: Topology, assignments: Mapping[str, str], pods: Se
         ranked = sorted(members, key=lambda p: p.rank or name_key(p.name))
         out.update(zip((p.name for p in ranked), slots, strict=False))
     return out
+
+
+def nodes_in_rank_order(assignments: Mapping[str, str], pods: Iterable[_Pod]) -> list[str]:
+    """The nodes of the placed pods, rank by rank (what `crossings` reads)."""
+    placed = sorted((p for p in pods if p.name in assignments), key=lambda p: p.rank or name_key(p.name))
+    return [assignments[p.name] for p in placed]
 
 
 def crossings(topology: Topology, nodes_in_rank_order: Iterable[str]) -> dict[int, int]:

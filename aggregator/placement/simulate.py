@@ -5,7 +5,9 @@ events (arrivals, completions, node and HyperNode failures and recoveries) are p
 order; the queue is first-come-first-served with backfill (a later gang may start when an earlier
 one does not fit); every placement is a real policy call, timed. Fabric faults follow each job's
 `on_fabric_fault` (restart-pods re-places only the lost pods next to the rest, restart-gang
-requeues the whole gang at the head of the queue, none leaves it running).
+requeues the whole gang at the head of the queue, none leaves it running). Each gang started is
+read in rank order: the HyperNode boundaries consecutive ranks cross, per tier, against the fewest
+any rank order over the same nodes could cross (`ranks.crossings`, `ranks.minimum_crossings`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from agent.cluster_model import ClusterModel
 from aggregator.pipeline import ClusterInputs, Pipeline
+from aggregator.placement import ranks
 from aggregator.placement.core import lowest_feasible_tier
 from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec
@@ -82,6 +85,9 @@ class _Stats:
     evictions: int = 0
     gpu_seconds: float = 0.0
     completed: int = 0
+    crossings: dict[int, list[int]] = field(default_factory=dict)  # tier -> [crossed, minimum], summed
+    at_minimum: int = 0  # gangs whose rank order crosses the fewest boundaries at every tier
+    ranked: int = 0  # gangs read in rank order
 
 
 class Simulation:
@@ -136,6 +142,7 @@ class Simulation:
         if job.name not in self.started:
             self.started.add(job.name)
             self.stats.delays.append(self.clock - job.arrival)
+        self._count_crossings(placement, gang)
         if placement.tier is not None:
             self.stats.tiers.append(placement.tier)
             self.stats.leaves.append(placement.leaves)
@@ -143,6 +150,16 @@ class Simulation:
                 self.stats.judged += 1
                 self.stats.at_lowest += placement.tier <= lowest
         return True
+
+    def _count_crossings(self, placement: Placement, gang: Gang) -> None:
+        order = ranks.nodes_in_rank_order(placement.assignments, gang.pods)
+        crossed, least = ranks.crossings(self.topology, order), ranks.minimum_crossings(self.topology, order)
+        for tier, count in crossed.items():
+            sums = self.stats.crossings.setdefault(tier, [0, 0])
+            sums[0] += count
+            sums[1] += least[tier]
+        self.stats.at_minimum += crossed == least
+        self.stats.ranked += 1
 
     def _drain_queue(self) -> None:
         waiting, self.queue = self.queue, []
@@ -236,4 +253,7 @@ class Simulation:
             "queueing_delay_s": {"mean": mean(s.delays), "p50": round(percentile(s.delays, 50), 3),
                                  "p99": round(percentile(s.delays, 99), 3)},
             "evictions": s.evictions, "makespan_s": round(self.clock, 3),
+            "rank_order_crossings": {str(t): {"tier_name": self.topology.tier_names.get(t, ""), "crossed": c,
+                                              "minimum": m} for t, (c, m) in sorted(s.crossings.items())},
+            "gangs_at_minimum_crossings": f"{s.at_minimum}/{s.ranked}",
         }

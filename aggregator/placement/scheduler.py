@@ -45,7 +45,7 @@ from prometheus_client import CollectorRegistry
 from agent.adapters.endpoints import serve
 from agent.command_line import CommandParser
 from aggregator import slim
-from aggregator.placement import degraded, podgroups, ranks, rescheduler, topology, volcano
+from aggregator.placement import degraded, hostfile, podgroups, ranks, rescheduler, topology, volcano
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
 from aggregator.placement.breaker import BreakerPolicy
@@ -468,12 +468,17 @@ class Scheduler:
                                api_version=volcano.API_VERSION)
 
     def _publish_ranks(self, key: PodKey) -> None:
-        """The bound gang's rank -> node map on its PodGroup (`ranks.RANK_MAP_ANNOTATION`)."""
-        value = ranks.rank_map(podgroups.members_of(self.state, key), lambda p: self.state.node_of(pod_key(p)))
-        for flavour, group in ((XK8S, self.state.podgroups.get(key)), (VOLCANO, self.state.vc_podgroups.get(key))):
+        """The bound gang's rank -> node map on its PodGroup (`ranks.RANK_MAP_ANNOTATION`) and in
+        its hostfile ConfigMap (`hostfile`), when the map changed."""
+        value = ranks.rank_map(podgroups.members_of(self.state, key), lambda p: self.state.node_of(pod_key(p)),
+                               self.state.vc_jobs)
+        for flavour, group, api_version in ((XK8S, self.state.podgroups.get(key), PODGROUP_API),
+                                            (VOLCANO, self.state.vc_podgroups.get(key), volcano.API_VERSION)):
             current = ((group or {}).get("metadata") or {}).get("annotations") or {}
             if group is not None and value and current.get(ranks.RANK_MAP_ANNOTATION) != value:
                 self.status.annotate(flavour, key, {ranks.RANK_MAP_ANNOTATION: value})
+                if (config_map := hostfile.config_map(group, api_version, value)) is not None:
+                    self.status.hostfile(key, config_map)
 
     def _scheduled_events(self, outcome: BindOutcome) -> None:
         """`Scheduled` on each pod of a gang bound whole and on its PodGroup (events.py)."""

@@ -135,3 +135,34 @@ def test_restart_gang_of_a_volcano_job_is_carried_out_by_volcano_and_the_gang_re
             print(f"\nrestart-gang: fault -> RestartJob -> all 3 pods recreated and placed in {took:.2f}s")
     finally:
         cluster.cleanup()
+
+
+def test_a_volcano_jobs_partitions_each_stay_in_one_leaf(plane: ControlPlane) -> None:
+    # Volcano's job controller turns a task's partitionPolicy into the PodGroup's subGroupPolicy
+    # (labelSelector on the task, matchLabelKeys volcano.sh/partition-id): 2 partitions of 2 pods,
+    # each within a leaf. Leaf 0 has 3 free nodes, leaf 1 one, leaf 2 three: the gang alone would fill
+    # leaf 0 and put its 4th pod elsewhere, splitting a partition
+    cluster = Cluster(plane, "vcpart")
+    try:
+        layout = cluster.leaf_spine(leaves=3, per_leaf=3, gpus=8)
+        leaf_of = {n: leaf for leaf, nodes in layout.items() for n in nodes}
+        fillers = [cluster.pod_body(f"filler-{i}", "none", gpus=8) for i in range(2)]
+        for body, node in zip(fillers, layout[f"leaf-{cluster.tag}-1"][:2], strict=True):
+            body["spec"]["nodeName"] = node
+        cluster.add_pods(fillers)
+        with cluster.scheduler() as sched:
+            body = job_body(cluster, "part", sched.options.scheduler_name, 4)
+            body["spec"]["tasks"][0]["partitionPolicy"] = {
+                "totalPartitions": 2, "partitionSize": 2, "networkTopology": {"mode": "hard", "highestTierAllowed": 1}}
+            cluster.api.create(kube.VC_JOBS, body)
+            placed = wait_for("the Job's 4 pods bound", lambda: (p := {
+                n: node for n, node in cluster.placement().items() if n.startswith("part-")}) and len(p) == 4 and p, timeout=30)
+            group = podgroup_of(cluster, "part")
+            assert group is not None and group["spec"]["subGroupPolicy"][0]["matchLabelKeys"] == ["volcano.sh/partition-id"]
+            partitions: dict[str, set[str]] = {}
+            for name, pod in cluster.pods().items():
+                if name in placed:
+                    partitions.setdefault(pod["metadata"]["labels"]["volcano.sh/partition-id"], set()).add(leaf_of[placed[name]])
+            assert len(partitions) == 2 and all(len(leaves) == 1 for leaves in partitions.values()), partitions
+    finally:
+        cluster.cleanup()

@@ -7,10 +7,15 @@
 #      vc-controller-manager and its CRDs), built from the pinned Go modules in tests/controlplane
 #      and cached in ~/.cache/hypertopo (first run only); helm, built the same way; Kueue's and
 #      prometheus-operator's CRDs from their Go modules
+#   4. the real node's parts: kubelet, kube-controller-manager and kube-scheduler from the same
+#      pinned Kubernetes modules (tests/realnode/nodebin, cached like the control plane); the
+#      project's image built by podman from the Dockerfile over a local Debian base (tests/image,
+#      the base's root filesystem cached) and the pause image from its C source
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(lldpd prometheus tcpdump ethtool iproute2 openssl procps graphviz)
+packages=(lldpd prometheus tcpdump ethtool iproute2 openssl procps graphviz
+          podman debootstrap containerd runc containernetworking-plugins iptables gcc libc6-dev)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -46,4 +51,12 @@ echo "setup: Kueue CRDs" >&2
 bash tests/controlplane/kueue_crds.sh >/dev/null
 echo "setup: helm" >&2
 bash tests/controlplane/helm/build_helm.sh >/dev/null
+echo "setup: node binaries (kubelet, kube-controller-manager, kube-scheduler)" >&2
+bash tests/realnode/nodebin/build.sh >/dev/null
+echo "setup: images (the Dockerfile's, with podman; pause)" >&2
+if ! { bash tests/image/build.sh >/dev/null && bash tests/image/pause.sh >/dev/null; }; then
+  # CI requires it (the real-node tests run the image); elsewhere those tests skip with the reason
+  [[ "${HYPERTOPO_REQUIRE_REAL:-}" != 1 ]] || { echo "setup: the image build failed" >&2; exit 1; }
+  echo "setup: the image build failed; the real-node tests will skip" >&2
+fi
 echo "setup: done" >&2

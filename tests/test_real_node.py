@@ -1,0 +1,115 @@
+"""hypertopo the way a user runs it: the image built from the Dockerfile, installed with the README's
+own commands onto a cluster with a real node (kubelet, containerd, runc, the CNI bridge: see
+tests/realnode/node.py), its agent a pod of the DaemonSet reporting that node."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controlplane.harness import ControlPlaneError, build
+from realnode.node import NODE, RealNodeCluster, built, require_node_parts
+from realparts import missing
+from test_readme_lifecycle import install_lines, run_lines
+
+pytestmark = [pytest.mark.apiserver, pytest.mark.netns, pytest.mark.timeout(900)]
+AGENT_NS, SYSTEM_NS = "hypertopo-agent", "hypertopo-system"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RealNodeCluster]:
+    require_node_parts()
+    node_bin = Path(built("tests/realnode/nodebin/build.sh", "kubelet, kube-controller-manager, kube-scheduler"))
+    images = (built("tests/image/build.sh", "the project's image"), built("tests/image/pause.sh", "the pause image"))
+    workdir = Path(tempfile.mkdtemp(prefix="hypertopo-realnode-"))
+    plane = RealNodeCluster(bin_dir=build(), workdir=workdir, node_bin=node_bin, images=images)
+    try:
+        plane.start()
+        plane.start_node()
+        yield plane
+    except ControlPlaneError as exc:
+        missing(f"cannot start the real node: {exc}")
+    finally:
+        plane.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def get_json(cluster: RealNodeCluster, *args: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    return doc
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def wait_pods_ready(cluster: RealNodeCluster, namespace: str, selector: str, timeout: float) -> list[dict[str, Any]]:
+    """The pods that match, once there are some and each is Ready on the node."""
+    deadline = time.monotonic() + timeout
+    pods: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        pods = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
+        if pods and all(ready(p) and p["spec"].get("nodeName") == NODE for p in pods):
+            return pods
+        time.sleep(1)
+    states = [(p["metadata"]["name"], p.get("status", {}).get("phase"), p.get("status", {}).get("containerStatuses"))
+              for p in pods]  # fmt: skip
+    events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout[-2000:]
+    pytest.fail(f"{selector} in {namespace} not Ready on {NODE} after {timeout:.0f} s: {states}\n{events}"
+                f"\n{cluster.log_tail('kubelet', 3000)}")  # fmt: skip
+
+
+def test_the_readme_install_runs_the_agent_as_a_pod_of_the_real_node_that_reports_the_node(
+    cluster: RealNodeCluster,
+) -> None:
+    run_lines(cluster, None, install_lines(helm=False))
+    agents = wait_pods_ready(cluster, AGENT_NS, "app.kubernetes.io/name=hypertopo-agent", timeout=180)
+    assert [p["spec"]["containers"][0]["image"] for p in agents] == [cluster.images[0]]
+    for name in ("hypertopo-aggregator", "hypertopo-scheduler"):  # both replicas of each, on the pod network
+        pods = wait_pods_ready(cluster, SYSTEM_NS, f"app.kubernetes.io/name={name}", timeout=180)
+        assert len(pods) == 2 and all(p["status"]["podIP"].startswith("10.252.0.") for p in pods), pods
+    deadline = time.monotonic() + 60
+    listed = cluster.kubectl("get", "ntopo", check=False).stdout
+    while NODE not in listed.split():
+        if time.monotonic() > deadline:
+            pytest.fail(f"kubectl get ntopo shows no {NODE}: {listed!r}")
+        time.sleep(1)
+        listed = cluster.kubectl("get", "ntopo", check=False).stdout
+    report = get_json(cluster, "ntopo", NODE)
+    assert report["spec"]["nodeName"] == NODE
+
+
+def test_the_admission_policy_denies_the_agent_pod_another_nodes_report(cluster: RealNodeCluster) -> None:
+    """From inside the agent's own pod, with its own projected token, a copy of its node's report
+    created again (a server-side dry run): under its own node's name it passes admission and meets
+    the report already there; under another node's name the policy forbids it."""
+    pod = wait_pods_ready(cluster, AGENT_NS, "app.kubernetes.io/name=hypertopo-agent", timeout=180)[0]
+    script = """
+import json, sys
+from kubernetes import client, config
+config.load_incluster_config()
+api = client.CustomObjectsApi()
+own = api.get_cluster_custom_object("hypertopo.io", "v1alpha1", "nodetopologies", sys.argv[1])
+for name in sys.argv[1:]:
+    body = {"apiVersion": own["apiVersion"], "kind": own["kind"], "metadata": {"name": name},
+            "spec": {**own["spec"], "nodeName": name}}
+    try:
+        api.create_cluster_custom_object("hypertopo.io", "v1alpha1", "nodetopologies", body, dry_run="All")
+        print(json.dumps([name, 201, ""]))
+    except client.ApiException as exc:
+        print(json.dumps([name, exc.status, json.loads(exc.body).get("message", "")]))
+"""
+    out = cluster.kubectl("exec", "-n", AGENT_NS, pod["metadata"]["name"], "--", "python3", "-c", script,
+                          NODE, "other-node", timeout=60).stdout  # fmt: skip
+    results = {name: (status, message) for name, status, message in map(json.loads, out.splitlines())}
+    assert results[NODE][0] == 409, results  # past admission, stopped only by the report it already wrote
+    status, message = results["other-node"]
+    assert status == 403, results
+    assert f"hypertopo-agent on node {NODE} may write only the NodeTopology named after its own node" in message

@@ -51,8 +51,9 @@ class Topology:
 
 
 def network_topology(raw: Any) -> Topology | None:
-    """A networkTopology block -> Topology; None when absent. `highestTierAllowed: 0` means no
-    tier at all may be crossed, which no gang of more than one node satisfies: kept as given."""
+    """A networkTopology block -> Topology; None when absent. `highestTierAllowed: 0` is kept as
+    given: it is below every HyperNode tier (the lowest is 1), so no domain qualifies and nothing is
+    placed, as vc-scheduler finds no eligible HyperNode for it either."""
     if not isinstance(raw, Mapping):
         return None
     mode = Mode.SOFT if str(raw.get("mode") or "hard").lower() == "soft" else Mode.HARD

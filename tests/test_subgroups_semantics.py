@@ -145,3 +145,13 @@ def test_running_members_count_toward_their_subgroups_minimum() -> None:
                                                 "networkTopology": LEAF}]}
     decision = decide_for(spec, pods)
     assert decision.ok and set(decision.assignments.values()) <= {"a1", "a2"}
+
+
+def test_annotations_form_the_same_subgroups_as_the_equivalent_volcano_policy() -> None:
+    annotated = subgroups.from_annotations({subgroups.KEYS_ANNOTATION: "part", subgroups.SIZE_ANNOTATION: "2",
+                                            subgroups.TIER_ANNOTATION: "1", subgroups.MIN_ANNOTATION: "1"})
+    volcano = policies({"name": "subgroup", "matchLabelKeys": ["part"], "subGroupSize": 2, "minSubGroups": 1,
+                        "networkTopology": {"mode": "hard", "highestTierAllowed": 1}})
+    assert annotated == volcano
+    pods = [pod(f"w{i}", {"part": str(i % 2)} if i < 6 else {}) for i in range(8)]
+    assert subgroups.partition(annotated, pods) == subgroups.partition(volcano, pods)

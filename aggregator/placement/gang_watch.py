@@ -5,9 +5,11 @@ counts the metrics.
 Which gangs: every named gang (a PodGroup of either flavour) that hypertopo schedules (its pods
 name this scheduler) or remediates (its `hypertopo.io/on-fabric-fault` policy is not `none`),
 once it has had minMember members placed. Why not rescan them all: a cycle runs after every
-bound gang, hundreds a second. A gang is looked at again when one of its pods or its PodGroup
-changes (`touch`, from the watch events), when the failed, degraded or unknown nodes under it
-change, and every `sweep_seconds` (its whole-time ratio annotation). Writes go through the
+bound gang, hundreds a second. A gang is looked at again when the failed, degraded or unknown
+nodes under it change (at once), when one of its pods changes node, phase or deletion or its
+PodGroup changes (`touch`, from the watch events; at most every `look_seconds`, 0.2, so a gang
+bound pod by pod is looked at once or twice, not per pod), and every `sweep_seconds` (its
+whole-time ratio annotation). Writes go through the
 scheduler's StatusWriter (one writer, ordered, coalescing per PodGroup): a verdict that is not
 True goes at once, a True one and the ratio wait behind pending binds; events through its
 EventRecorder. Runs on the scheduler loop thread; only `ratios()` is read from elsewhere.
@@ -48,9 +50,10 @@ class _Tracked:
 
 class GangWatch:
     def __init__(self, state: ClusterState, status: StatusWriter, events: EventRecorder, metrics: SchedulerMetrics,
-                 *, sweep_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 *, sweep_seconds: float = 60.0, look_seconds: float = 0.2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.state, self.status, self.events, self.metrics = state, status, events, metrics
-        self.sweep_seconds = sweep_seconds
+        self.sweep_seconds, self.look_seconds = sweep_seconds, look_seconds
         self.tracked: dict[PodKey, _Tracked] = {}
         self.clocks: dict[PodKey, GangClock] = {}
         self._lock = threading.Lock()  # clocks: the loop thread writes, a metrics scrape reads
@@ -59,15 +62,18 @@ class GangWatch:
         self._unknown: dict[str, str] = {}
         self._unknown_basis: Topology | None = None
         self._next_sweep = 0.0
+        self._next_touch = 0.0
+        self._counts = {"True": 0, "False": 0, "Unknown": 0}  # tracked gangs by verdict (a gauge)
         metrics.watch_gangs(lambda: self.ratios(clock()))
 
     # -- input ----------------------------------------------------------------------------------
     def touch(self, kind: str, event: str, obj: Any) -> None:
-        """A watch event: the gang of a changed pod or PodGroup is looked at on the next refresh."""
+        """A watch event (before the state applies it): the gang of a pod whose node, phase or
+        deletion changed, or of a changed PodGroup, is looked at on a coming refresh."""
         for item in (obj if event == "SYNC" else [obj]) if kind in ("Pod", "PodGroup", "VolcanoPodGroup") else ():
             if kind == "Pod":
                 key, flavour = gang_ref(item)
-                if flavour != SINGLE:
+                if flavour != SINGLE and (event == "DELETED" or _pod_moved(self.state.pods.get(pod_key(item)), item)):
                     self._touched.add(key)
             else:
                 self._touched.add(pod_key(item))
@@ -80,7 +86,11 @@ class GangWatch:
             self._unknown_basis = topology
             self._unknown = gang_health.unknown_nodes(self.state.hypernodes, topology)
         problems = {**{n: "u" for n in self._unknown}, **{n: "d" for n in degraded}, **{n: "f" for n in failed}}
-        keys, self._touched = self._touched, set()
+        if now >= self._next_touch:  # at most every `look_seconds`: a gang being bound changes pod by pod
+            keys, self._touched = self._touched, set()
+            self._next_touch = now + self.look_seconds
+        else:
+            keys = set()
         if problems != self._problems:
             moved = {n for n in problems.keys() | self._problems.keys() if problems.get(n) != self._problems.get(n)}
             keys |= self._gangs_on(moved)
@@ -90,12 +100,10 @@ class GangWatch:
             keys |= set(self.tracked)
         for key in sorted(keys):
             self._look(key, topology, failed, degraded, now)
-        counts = {"True": 0, "False": 0, "Unknown": 0}
-        for tracked in self.tracked.values():
-            if tracked.verdict is not None:
-                counts[tracked.verdict.status] += 1
-        for status, count in counts.items():
-            self.metrics.gang_health.labels(status).set(count)
+
+    def wake_in(self, now: float, default: float) -> float:
+        """Seconds until the touched gangs are due a look (at most `default`)."""
+        return min(default, max(0.0, self._next_touch - now)) if self._touched else default
 
     def _gangs_on(self, nodes: set[str]) -> set[PodKey]:
         out = set()
@@ -166,6 +174,8 @@ class GangWatch:
                                api_version=volcano.API_VERSION if is_volcano else XK8S_API,
                                message=f"FabricHealthy={found.status} ({found.reason}): {found.message}")
             log.info("gang %s/%s FabricHealthy=%s (%s): %s", *view.key, found.status, found.reason, found.message)
+        self._count(tracked.verdict, -1)
+        self._count(found, 1)
         tracked.verdict = found
         if ratio is not None and (tracked.ratio is None or abs(ratio - tracked.ratio) >= RATIO_STEP):
             tracked.ratio = ratio
@@ -176,10 +186,16 @@ class GangWatch:
             self.status.queue((view.flavour + ANNOTATIONS, view.key), annotations,
                               defer=gang_health.ANNOTATION not in annotations or found.status == "True")
 
+    def _count(self, found: Verdict | None, step: int) -> None:
+        if found is not None:
+            self._counts[found.status] += step
+            self.metrics.gang_health.labels(found.status).set(self._counts[found.status])
+
     def end(self, key: PodKey) -> None:
         """The gang ended (its PodGroup is gone, or it is no longer ours to watch): its account
         and per-gang metrics go."""
-        if self.tracked.pop(key, None) is not None:
+        if (tracked := self.tracked.pop(key, None)) is not None:
+            self._count(tracked.verdict, -1)
             with self._lock:
                 self.clocks.pop(key, None)
 
@@ -187,6 +203,14 @@ class GangWatch:
         """Every tracked gang's whole-time ratio (from the metrics scrape's thread)."""
         with self._lock:
             return {key: r for key, clock in self.clocks.items() if (r := clock.ratio(now)) is not None}
+
+
+def _pod_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether what gang health reads of a pod changed: its node, phase or deletion."""
+    if old is None:
+        return True
+    return any((old.get(part) or {}).get(name) != (new.get(part) or {}).get(name)
+               for part, name in (("spec", "nodeName"), ("status", "phase"), ("metadata", "deletionTimestamp")))
 
 
 def _ended(view: GangView | None, clock: GangClock | None) -> bool:

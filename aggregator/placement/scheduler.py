@@ -267,7 +267,7 @@ class Scheduler:
             self._schedule(frozenset(rescheduler.own_failures(self._topology, failed_domains)), now)
             self.status.write_dirty(self.state, self._in_flight)
         self._scheduled_gen = self.state.generation
-        self._next_resync = now + self.breaker.wake_in(now, self.options.resync_seconds)
+        self._next_resync = now + self.gang_watch.wake_in(now, self.breaker.wake_in(now, self.options.resync_seconds))
         self.metrics.pending.set(len(self.state.pending_keys))
 
     # -- fault-driven rescheduling ------------------------------------------------------------

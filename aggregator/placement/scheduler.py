@@ -370,6 +370,9 @@ class Scheduler:
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.ok:
             self._unfit.pop(view.key, None)
+            if decision.warning:  # soft mode, unknown tier name: said as hard mode says it
+                self.events.gang_warning(view.pending, view.podgroup,
+                                         volcano.API_VERSION if view.is_volcano else PODGROUP_API, decision.warning)
             self._commit(decision)
         else:
             self._unfit[view.key] = (basis, now)

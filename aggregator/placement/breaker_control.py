@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
-from aggregator.placement.breaker import CLOSED, OPEN, Breaker, BreakerPolicy, Change, threshold
+from aggregator.placement.breaker import OPEN, Breaker, BreakerPolicy, Change, threshold
 from aggregator.placement.events import EventRecorder, rfc3339
 from aggregator.placement.scheduler_metrics import SchedulerMetrics
 from aggregator.placement.topology import Topology
@@ -162,5 +162,3 @@ class BreakerControl:
             log.warning("remediation breaker open since before this leader started (ConfigMap %s/%s): fault "
                         "evictions stay stopped", self.namespace, self.name)
 
-
-__all__ = ["CLOSED", "CLOSE_ANNOTATION", "BreakerControl"]

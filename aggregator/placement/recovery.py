@@ -20,7 +20,7 @@ Pure: counts and times in, observations out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -104,13 +104,3 @@ class GangClock:
         span = now - self.first_running
         whole = self.whole_total + (now - self.whole_since if self.whole_since is not None else 0.0)
         return 1.0 if span <= 0 else min(1.0, whole / span)
-
-
-@dataclass
-class Ledger:
-    """Every tracked gang's clock (dropped when the gang ends: its metrics go with it)."""
-
-    clocks: dict[tuple[str, str], GangClock] = field(default_factory=dict)
-
-    def ratios(self, now: float) -> dict[tuple[str, str], float]:
-        return {key: r for key, clock in list(self.clocks.items()) if (r := clock.ratio(now)) is not None}

@@ -13,13 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane.harness import ControlPlaneError, build
+import yaml
+from controlplane.harness import REPO, ControlPlaneError, build
 from realnode.node import NODE, RealNodeCluster, built, require_node_parts
 from realparts import missing
-from test_readme_lifecycle import install_lines, run_lines
+from test_readme_lifecycle import install_lines, run_lines, shell, uninstall_lines
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.netns, pytest.mark.timeout(900)]
 AGENT_NS, SYSTEM_NS = "hypertopo-agent", "hypertopo-system"
+CLUSTER_KINDS = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                 "Namespace", "PriorityClass"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -70,18 +73,12 @@ def test_the_readme_install_runs_the_agent_as_a_pod_of_the_real_node_that_report
     cluster: RealNodeCluster,
 ) -> None:
     run_lines(cluster, None, install_lines(helm=False))
-    agents = wait_pods_ready(cluster, AGENT_NS, "app.kubernetes.io/name=hypertopo-agent", timeout=180)
+    assert_running_and_reporting(cluster)
+    agents = get_json(cluster, "pods", "-n", AGENT_NS, "-l", "app.kubernetes.io/name=hypertopo-agent")["items"]
     assert [p["spec"]["containers"][0]["image"] for p in agents] == [cluster.images[0]]
     for name in ("hypertopo-aggregator", "hypertopo-scheduler"):  # both replicas of each, on the pod network
-        pods = wait_pods_ready(cluster, SYSTEM_NS, f"app.kubernetes.io/name={name}", timeout=180)
+        pods = get_json(cluster, "pods", "-n", SYSTEM_NS, "-l", f"app.kubernetes.io/name={name}")["items"]
         assert len(pods) == 2 and all(p["status"]["podIP"].startswith("10.252.0.") for p in pods), pods
-    deadline = time.monotonic() + 60
-    listed = cluster.kubectl("get", "ntopo", check=False).stdout
-    while NODE not in listed.split():
-        if time.monotonic() > deadline:
-            pytest.fail(f"kubectl get ntopo shows no {NODE}: {listed!r}")
-        time.sleep(1)
-        listed = cluster.kubectl("get", "ntopo", check=False).stdout
     report = get_json(cluster, "ntopo", NODE)
     assert report["spec"]["nodeName"] == NODE
 
@@ -113,3 +110,48 @@ for name in sys.argv[1:]:
     status, message = results["other-node"]
     assert status == 403, results
     assert f"hypertopo-agent on node {NODE} may write only the NodeTopology named after its own node" in message
+
+
+def assert_uninstalled(cluster: RealNodeCluster, installed: list[dict[str, Any]]) -> None:
+    """Every object the install made NotFound, no pod of it left on the node, no NodeTopology CRD
+    (and so no report) and no HyperNode of hypertopo's."""
+    for obj in installed:
+        where = ["-n", obj["metadata"]["namespace"]] if obj["metadata"].get("namespace") else []
+        proc = cluster.kubectl("get", obj["kind"], obj["metadata"]["name"], *where, check=False)
+        assert proc.returncode != 0 and "NotFound" in proc.stderr, f"{obj['kind']} {obj['metadata']['name']} left"
+    left = [p["metadata"]["name"] for p in get_json(cluster, "pods", "-A")["items"]]
+    assert not [name for name in left if name.startswith("hypertopo-")], left
+    crd = cluster.kubectl("get", "crd", "nodetopologies.hypertopo.io", check=False)
+    assert crd.returncode != 0 and "NotFound" in crd.stderr
+    assert get_json(cluster, "hypernodes", "-l", "volcano.sh/network-topology-source=hypertopo")["items"] == []
+
+
+def assert_running_and_reporting(cluster: RealNodeCluster) -> None:
+    wait_pods_ready(cluster, AGENT_NS, "app.kubernetes.io/name=hypertopo-agent", timeout=180)
+    for name in ("hypertopo-aggregator", "hypertopo-scheduler"):
+        wait_pods_ready(cluster, SYSTEM_NS, f"app.kubernetes.io/name={name}", timeout=180)
+    deadline = time.monotonic() + 60
+    while NODE not in cluster.kubectl("get", "ntopo", check=False).stdout.split():
+        assert time.monotonic() < deadline, f"kubectl get ntopo shows no {NODE}"
+        time.sleep(1)
+
+
+def test_the_readme_uninstall_leaves_nothing_and_the_helm_install_runs_on_the_same_node(
+    cluster: RealNodeCluster, helm: str
+) -> None:
+    """After the kustomize install above: the README's Uninstall (the namespace controller of the real
+    kube-controller-manager finishing what `kubectl delete -k` waits for), then the Install with Helm,
+    then Helm's Uninstall, on the same node."""
+    installed = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", str(REPO / "daemonset")).stdout) if d]
+    run_lines(cluster, None, uninstall_lines(helm=False, kueue=False))
+    assert_uninstalled(cluster, installed)
+    run_lines(cluster, helm, install_lines(helm=True))
+    assert_running_and_reporting(cluster)
+    manifest = [d for d in yaml.safe_load_all(shell(cluster, helm, f"helm get manifest hypertopo -n {SYSTEM_NS}").stdout)
+                if d]  # fmt: skip
+    assert {"DaemonSet", "Deployment", "ValidatingAdmissionPolicy"} <= {d["kind"] for d in manifest}
+    for obj in manifest:  # helm's manifest leaves the release namespace out of namespaced objects
+        if obj["kind"] not in CLUSTER_KINDS:
+            obj["metadata"].setdefault("namespace", SYSTEM_NS)
+    run_lines(cluster, helm, uninstall_lines(helm=True, kueue=False))
+    assert_uninstalled(cluster, [*manifest, {"kind": "Namespace", "metadata": {"name": SYSTEM_NS}}])

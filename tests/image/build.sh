@@ -3,7 +3,8 @@
 # README's `docker build` does, and tags it as the manifests and the chart name it
 # (ghcr.io/hypertopo/hypertopo:<version>), so the README's install finds it on a node without a pull.
 # The base comes from base.sh (a local stand-in for python:3.11-slim-bookworm when no registry can be
-# reached). podman's layer cache makes a second run with the same sources take seconds. The context
+# reached). An image already built from the same sources (a label holds their hash) is kept; else
+# podman's layer cache rebuilds only the stages that changed. The context
 # is the checkout's files as git sees them (tracked and new, not ignored), like a fresh clone.
 # Prints the image name on stdout.
 #
@@ -22,9 +23,17 @@ ctx=$(mktemp -d "${TMPDIR:-/var/tmp}/hypertopo-ctx.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
 (cd "$root" && git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) \
   | tar -x -C "$ctx"
+# The same sources as the image already built: nothing to do (podman would take ~40 s to say so).
+sources=$( (cd "$ctx" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; cat "$root/tests/image/base.sh") \
+  | sha256sum | cut -c1-16)
+if [[ $(podman image inspect --format '{{index .Labels "io.hypertopo.sources"}}' "$image" 2>/dev/null) == "$sources" ]]; then
+  echo "image: $image is built from these sources" >&2
+  echo "$image"
+  exit 0
+fi
 start=$SECONDS
 podman build --pull=never --isolation=chroot --network=host -v /etc/ssl/certs:/etc/ssl/certs:ro \
-  -t "$image" -f "$ctx/Dockerfile" "$ctx" > "$ctx.log" 2>&1 \
+  --label "io.hypertopo.sources=$sources" -t "$image" -f "$ctx/Dockerfile" "$ctx" > "$ctx.log" 2>&1 \
   || { tail -30 "$ctx.log" >&2; rm -f "$ctx.log"; exit 1; }
 rm -f "$ctx.log"
 size=$(podman image inspect --format '{{.Size}}' "$image")

@@ -155,3 +155,20 @@ def test_annotations_form_the_same_subgroups_as_the_equivalent_volcano_policy() 
     assert annotated == volcano
     pods = [pod(f"w{i}", {"part": str(i % 2)} if i < 6 else {}) for i in range(8)]
     assert subgroups.partition(annotated, pods) == subgroups.partition(volcano, pods)
+
+
+def test_min_task_member_holds_for_gangs_with_subgroups_too() -> None:
+    # vc-scheduler's gang plugin asks both (CheckTaskReady and CheckSubJobReady): two free nodes hold
+    # the worker sub-group (minMember 2) but not the ps pod that minTaskMember asks for
+    pods = [pod("w0", {"part": "0"}), pod("w1", {"part": "0"}), pod("ps0")]
+    for p in pods:
+        p["metadata"]["annotations"]["volcano.sh/task-spec"] = "ps" if p["metadata"]["name"] == "ps0" else "worker"
+    taken = [pod(f"other-{n}", node=n) for n in ("a0", "a1", "a2", "b0")]
+    for p in taken:
+        p["metadata"]["annotations"] = {}
+    spec = {"minMember": 2, "minTaskMember": {"ps": 1},
+            "subGroupPolicy": [{"name": "tp", "matchLabelKeys": ["part"], "subGroupSize": 2, "networkTopology": LEAF}]}
+    refused = decide_for(spec, pods + taken)
+    assert not refused.ok and "minTaskMember not met: task ps has 0 of minTaskMember 1" in refused.reason
+    placed = decide_for(spec, pods + taken[:3])  # b0 free too: all three fit
+    assert placed.ok and ("ns", "ps0") in placed.assignments

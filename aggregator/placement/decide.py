@@ -166,10 +166,13 @@ def decide(
         return Decision(view, {}, None, reason=f"invalid sub-group policy: {exc}")
 
     def attempt(blocked: frozenset[str]) -> Placement:
-        if policies:
-            return _place_subgroups(topology, state, view, gang, policies, anchors, blocked, excluded_domains)
-        found = core.place(topology, state.free_index(topology), gang, excluded_nodes=blocked, excluded_domains=excluded_domains)
-        return _with_task_minimums(topology, state, view, gang, found, blocked, excluded_domains)
+        def place(asked: Gang) -> Placement:
+            if policies:
+                return _place_subgroups(topology, state, view, asked, policies, anchors, blocked, excluded_domains)
+            return core.place(topology, state.free_index(topology), asked, excluded_nodes=blocked,
+                              excluded_domains=excluded_domains)
+
+        return _with_task_minimums(view, gang, place)
 
     levels = degraded.avoid_levels(topology, degraded_nodes)
     placement = degraded.prefer_healthy(attempt(blocked_nodes), levels, lambda avoid: attempt(blocked_nodes | avoid))
@@ -210,11 +213,12 @@ def _place_subgroups(topology: Topology, state: ClusterState, view: GangView, ga
                         excluded_nodes=blocked, excluded_domains=excluded_domains)
 
 
-def _with_task_minimums(topology: Topology, state: ClusterState, view: GangView, gang: Gang, placement: Placement,
-                        blocked: frozenset[str], excluded_domains: frozenset[str]) -> Placement:
-    """Volcano's minTaskMember: each task needs its own minimum among the scheduled pods. When a
-    partial placement (minMember below the gang's size) leaves a task short, the whole gang is
-    placed instead; when even that cannot satisfy it, the gang does not fit."""
+def _with_task_minimums(view: GangView, gang: Gang, place: Callable[[Gang], Placement]) -> Placement:
+    """Volcano's minTaskMember: each task needs its own minimum among the scheduled pods (with
+    sub-groups too: vc-scheduler's gang plugin checks both). When a partial placement (minMember
+    below the gang's size) leaves a task short, the whole gang is placed instead; when even that
+    cannot satisfy it, the gang does not fit."""
+    placement = place(gang)
     if not view.is_volcano or not placement.ok or not volcano.min_task_member(view.podgroup):
         return placement
     by_name = {_spec_name(pod_key(p)): p for p in view.members}
@@ -225,8 +229,7 @@ def _with_task_minimums(topology: Topology, state: ClusterState, view: GangView,
 
     if not short(placement.assignments):
         return placement
-    whole = Gang(gang.name, gang.pods, None, gang.mode, gang.highest_tier, gang.highest_tier_name, gang.running)
-    retry = core.place(topology, state.free_index(topology), whole, excluded_nodes=blocked, excluded_domains=excluded_domains)
+    retry = place(Gang(gang.name, gang.pods, None, gang.mode, gang.highest_tier, gang.highest_tier_name, gang.running))
     missing = short(retry.assignments) if retry.ok else short({})
     if retry.ok and not missing:
         return retry

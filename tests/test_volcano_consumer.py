@@ -37,6 +37,7 @@ from agent.cluster_model import load_model
 from agent.model_probe import report_for
 from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 from aggregator.pipeline import ClusterInputs, Pipeline
+from aggregator.placement import gang_health
 from aggregator.placement.adapters import kube
 from aggregator.placement.scheduler import Options, Scheduler
 
@@ -484,11 +485,36 @@ def test_a_fabric_cut_gets_a_volcano_jobs_pod_recreated_by_volcano_on_a_healthy_
 
         wait_for("the eviction counted", evicted, timeout=10)
         assert evicted() == 1
+        gang_health_through_the_fault(workload, remediator, victim, victim_pod)
     finally:
         remediator.stop()
         if victim:
             fabric.publish(fabric.reports[victim])
             wait_for(f"taint on {victim} removed after repair", lambda: TAINT not in taints_of(fabric, victim), timeout=15)
+
+
+def gang_health_through_the_fault(workload: Workload, remediator: Scheduler, victim: str, victim_pod: str) -> None:
+    """Issue 25.2/25.4 on the same real parts: the remediator's FabricHealthy on the Job's PodGroup
+    (which vc-scheduler and Volcano's controllers also write) named the victim while it failed, is
+    True again once the replacement runs, and the recovery was measured at the same tier."""
+    items, _ = workload.api.list(kube.PODS, label_selector="gang=ft")
+    group = next(p["metadata"]["annotations"][GROUP_ANNOTATION] for p in items if p["metadata"]["namespace"] == workload.ns)
+
+    def healthy() -> dict[str, Any] | None:
+        cond = gang_health.current(workload.podgroup(group), volcano=True)
+        return cond if cond and cond["status"] == "True" else None
+
+    wait_for("FabricHealthy=True again on the Job's PodGroup", healthy, timeout=20)
+    doc = workload.api.request("GET", kube.EVENTS.path(namespace=workload.ns),
+                               query={"fieldSelector": "reason=FabricUnhealthy"})
+    messages = [e["message"] for e in doc.get("items") or [] if e["involvedObject"]["name"] == group]
+    assert any(f"{victim} (node {victim} has taint" in m and victim_pod in m for m in messages), messages
+    registry = remediator.metrics.registry
+    assert registry.get_sample_value("hypertopo_gang_recovery_seconds_count", {"stage": "bound"}) == 1
+    assert registry.get_sample_value("hypertopo_gang_tier_after_recovery_total",
+                                     {"tier_before": "1", "tier_after": "1"}) == 1
+    print(f"FabricHealthy on {group}: {healthy()}; recovery bound after "
+          f"{registry.get_sample_value('hypertopo_gang_recovery_seconds_sum', {'stage': 'bound'}):.2f}s")
 
 
 def test_volcanos_hypernode_controller_and_the_aggregator_settle_on_one_node_count(fabric: Fabric) -> None:

@@ -131,3 +131,15 @@ def test_one_leaf_failing_on_the_same_fabric_is_still_remediated(cluster: Cluste
         victims = {p for p, n in placed.items() if n in leaf_nodes}
         wait_for("the leaf's pods evicted", lambda: not victims & set(cluster.pods()), timeout=20)
         assert is_open(sched) in (None, 0.0) and sched.breaker.breaker.last[2] == 3
+
+
+def test_a_spine_hypernode_going_not_ready_opens_the_breaker_too(cluster: Cluster) -> None:
+    """The same storm as the aggregator reports a dead spine switch: one HyperNode condition, every
+    node below it failed at once; nothing is evicted."""
+    with storm_setup(cluster) as (sched, spines, placed):
+        spine = sorted(spines)[0]
+        cluster.set_hypernode_ready(spine, "False", reason="SpineDown")
+        opened = wait_for("Open", lambda: state_is(cluster, sched, "Open"), timeout=15)
+        assert opened["data"]["failedNow"] == "4" and opened["data"]["reason"] == "StormDetected"
+        time.sleep(sched.options.breaker.settle_seconds + 1.0)  # past the settle time: still no eviction
+        assert cluster.placement() == placed and sched.evictions._offered == set()

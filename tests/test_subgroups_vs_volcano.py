@@ -61,7 +61,7 @@ NS = "diff"
 HYPERTOPO_NAME = "hypertopo-diff"
 DECIDE_TIMEOUT = 30.0
 PENDING_GRACE = 5.0
-SETTLE = {"volcano": 3.0, "hypertopo": 1.0}  # vc-scheduler runs a cycle a second; hypertopo decides at once
+SETTLE = {"volcano": 2.0, "hypertopo": 0.5}  # after a refusal is seen: two vc-scheduler cycles; hypertopo decides at once
 
 
 def node_body(name: str, pool: str) -> dict[str, Any]:

@@ -181,3 +181,22 @@ def test_without_the_breaker_failed_nodes_are_acted_on_at_once() -> None:
     breaker = Breaker(BreakerPolicy(enabled=False))
     breaker.observe(["a"], 3, 0.0)
     assert breaker.ripe({"a": "down"}, 0.0) == {"a": "down"}
+
+
+def test_the_run_command_line_sets_the_breaker_and_gang_health_options() -> None:
+    from aggregator.placement.scheduler import build_parser, options_from
+
+    parser = build_parser()
+    defaults = options_from(parser.parse_args([]))
+    assert defaults.breaker == BreakerPolicy() and defaults.health_sweep_seconds == 60.0
+    args = parser.parse_args(["--breaker-window", "60", "--breaker-threshold", "7", "--breaker-fraction", "0.2",
+                              "--breaker-hold", "30", "--breaker-settle", "0", "--no-breaker", "--health-sweep", "5",
+                              "--namespace", "ops"])
+    options = options_from(args)
+    assert options.breaker == BreakerPolicy(enabled=False, window_seconds=60, hold_seconds=30, fraction=0.2,
+                                            threshold_nodes=7, settle_seconds=0)
+    assert options.health_sweep_seconds == 5 and options.namespace == "ops"
+    text = "".join(parser.format_help().split())  # help wraps lines, at hyphens too
+    for flag in ("--breaker-window", "--breaker-threshold", "--breaker-hold", "--breaker-settle", "--no-breaker",
+                 "--health-sweep", "hypertopo.io/remediation-breaker=close"):
+        assert flag in text

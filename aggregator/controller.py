@@ -44,8 +44,10 @@ from agent.command_line import CommandParser
 from agent.report import API_GROUP, API_VERSION
 from aggregator import slim
 from aggregator.adapters import kube as kubeapi
+from aggregator.adapters.kai import KaiTopologyClient
 from aggregator.adapters.kueue import TopologyClient
 from aggregator.graph import Finding
+from aggregator.kai_topology import KaiTopologyKeeper
 from aggregator.kueue_topology import TopologyKeeper
 from aggregator.metrics import AggregatorMetrics
 from aggregator.node_marks import LABEL_MANAGER, NodeMarker
@@ -225,6 +227,8 @@ class Controller:
         self.marker = NodeMarker(kubeapi.NodeClient(kube, label_manager=LABEL_MANAGER), may_write=may_write)
         # with --node-labels, Kueue's Topology names those labels (aggregator.kueue_topology)
         self.kueue = TopologyKeeper(TopologyClient(kube), may_write=may_write) if options.node_labels else None
+        # and so does KAI's (aggregator.kai_topology); each is left out where its CRD is not served
+        self.kai = KaiTopologyKeeper(KaiTopologyClient(kube), may_write=may_write) if options.node_labels else None
         self._hn_overlay = Overlay()
         self._pod_nodes: dict[str, str] = {}  # agent pod key -> its node, for pods that go away
         self._node_overlay = Overlay()
@@ -385,6 +389,8 @@ class Controller:
             writes += sum(marks.writes.values())
         if self.kueue is not None:
             writes += self.kueue.sync(desired.hypernodes, self.clock())
+        if self.kai is not None:
+            writes += self.kai.sync(desired.hypernodes, self.clock())
         if self.options.taint_unhealthy:
             nodes = self._node_overlay.view(self.nodes.snapshot())
             marks = self.marker.apply_taints(desired.unhealthy_nodes, nodes)
@@ -470,7 +476,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "before the tree is reshaped without them: an agent restart or lost LLDP frames never delete and "
         "re-create a HyperNode (default 120, one LLDP TTL; 0: reshape at once)",
     )
-    add("--node-labels", action="store_true", help="label Nodes with hypertopo.io/<tierName>=<HyperNode>")
+    add("--node-labels", action="store_true", help="label Nodes with hypertopo.io/<tierName>=<HyperNode>; "
+        "also keeps Kueue's and KAI's Topology 'hypertopo' of those labels where their CRDs are served")
     add("--taint-unhealthy", action="store_true", help="taint Nodes whose fabric failed (NoSchedule)")
     add(
         "--mark-degraded",

@@ -84,7 +84,13 @@ class _Seen:
 
 class TopologyKeeper:
     """Keeps one Topology in step with the HyperNodes; writes only when its levels change or it is
-    gone, reads it back at most every RECHECK_SECONDS. Returns the number of API writes."""
+    gone, reads it back at most every RECHECK_SECONDS. Returns the number of API writes.
+
+    `owner` and `api_version` name the scheduler in the log and `render` makes its object: KAI's
+    Topology has the same shape and rules in another group (aggregator.kai_topology)."""
+
+    owner = "Kueue"
+    api_version = API_VERSION
 
     def __init__(self, store: TopologyStore, *, name: str = DEFAULT_NAME,
                  may_write: Callable[[], bool] = lambda: True):
@@ -104,10 +110,10 @@ class TopologyKeeper:
         except ApiError as exc:
             if exc.status == 404:  # the resource itself is not served: Kueue is not installed
                 if not self.seen.absent_api:
-                    log.info("Kueue's Topology API (%s) is not served; no Topology kept", API_VERSION)
+                    log.info("%s's Topology API (%s) is not served; no Topology kept", self.owner, self.api_version)
                 self.seen = _Seen(wanted, now, absent_api=True)
             else:
-                log.warning("Kueue Topology %s: %s; retrying next cycle", self.name, exc)
+                log.warning("%s Topology %s: %s; retrying next cycle", self.owner, self.name, exc)
             return 0
         self.seen = _Seen(wanted if not self.foreign else (), now)
         return writes
@@ -116,7 +122,7 @@ class TopologyKeeper:
         live = self.store.get(self.name)
         if live is not None and not is_ours(live):
             if not self.foreign:
-                log.warning("Topology %s exists and is not managed by hypertopo; left alone", self.name)
+                log.warning("%s Topology %s exists and is not managed by hypertopo; left alone", self.owner, self.name)
             self.foreign = True
             return 0
         self.foreign = False
@@ -126,6 +132,9 @@ class TopologyKeeper:
         if live is not None:  # levels are immutable: replace the object
             self.store.delete(self.name, uid=str((live.get("metadata") or {}).get("uid", "")))
             writes += 1
-        self.store.create(topology_object(wanted, self.name))
-        log.info("Kueue Topology %s: levels %s", self.name, ", ".join(wanted))
+        self.store.create(self.render(wanted))
+        log.info("%s Topology %s: levels %s", self.owner, self.name, ", ".join(wanted))
         return writes + 1
+
+    def render(self, levels: tuple[str, ...]) -> dict[str, Any]:
+        return topology_object(levels, self.name)

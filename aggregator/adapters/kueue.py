@@ -18,20 +18,22 @@ FIELD_MANAGER = "hypertopo-aggregator"
 
 
 class TopologyClient:
+    resource = TOPOLOGIES  # KAI's client names its own (aggregator.adapters.kai)
+
     def __init__(self, kube: KubeClient):
         self.kube = kube
 
     def get(self, name: str) -> dict[str, Any] | None:
         try:
-            return self.kube.get(TOPOLOGIES, name)
+            return self.kube.get(self.resource, name)
         except ApiError as exc:
             if exc.status == 404 and exc.reason == "NotFound":  # a Status: the object, not the API
                 return None
             raise
 
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        return self.kube.create(TOPOLOGIES, obj, field_manager=FIELD_MANAGER)
+        return self.kube.create(self.resource, obj, field_manager=FIELD_MANAGER)
 
     def delete(self, name: str, *, uid: str) -> None:
         """DELETE with a UID precondition: never the object someone created meanwhile."""
-        self.kube.delete(TOPOLOGIES, name, uid=uid or None)
+        self.kube.delete(self.resource, name, uid=uid or None)

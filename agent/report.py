@@ -232,6 +232,29 @@ class Finding:
         return (self.component, self.subject, self.kind)
 
 
+# --- measured fabric ----------------------------------------------------------------------------
+
+MAX_MEASUREMENTS = 64  # peers in spec.measurements: the probe plan asks for about ten (agent.measure_plan)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """Round trips from this node to one peer over the fabric (agent.probes.fabric_rtt).
+
+    Like a finding, a measurement is latched: the figures and `when` are those of the round that
+    last moved beyond the band, so a steady link serialises to the same object every cycle and
+    causes no API write; the live figures are in the metrics."""
+
+    peer: str  # the peer's node name
+    p50_us: int  # median round-trip time, microseconds
+    p99_us: int
+    loss_percent: float  # of the probes sent in the round
+    sent: int  # probes in the round
+    when: str  # RFC 3339, UTC: the round these figures are from
+    transport: str = "udp"  # "udp" | "rdma"
+    bandwidth_mbps: int | None = None  # a short burst, when measured
+
+
 # --- the whole report --------------------------------------------------------------------------
 
 COMPONENTS = ("nvml", "rdma", "net", "lldp", "host", "pcie")
@@ -258,6 +281,7 @@ class NodeReport:
     interfaces: tuple[Interface, ...] = ()
     lldp: tuple[LldpNeighbour, ...] = ()
     findings: tuple[Finding, ...] = ()
+    measurements: tuple[Measurement, ...] = field(default=(), metadata={"max_items": MAX_MEASUREMENTS})
     schema_version: int = SCHEMA_VERSION
 
     def overall_health(self) -> Health:

@@ -32,6 +32,8 @@ _DESCRIPTIONS = {
     "measurements": "Measured fabric (opt-in agent flag --measure-fabric): round trips to a few peers chosen by "
     "the probe plan, p50/p99 in microseconds, loss, when; latched, rewritten only when a figure moves beyond its "
     "band.",
+    "probeAddress": "The fabric address this node's probe responder answers on (--measure-fabric); responders "
+    "answer only the addresses the NodeTopology objects publish here.",
     "summary": "Counts shown by kubectl get ntopo.",
     "schemaVersion": "Version of this report layout; bumped on incompatible changes.",
 }

@@ -282,6 +282,9 @@ class NodeReport:
     lldp: tuple[LldpNeighbour, ...] = ()
     findings: tuple[Finding, ...] = ()
     measurements: tuple[Measurement, ...] = field(default=(), metadata={"max_items": MAX_MEASUREMENTS})
+    # the fabric address this node's probe responder answers on (set with --measure-fabric): the
+    # peers probe it, and the responders of all nodes answer only the addresses published here
+    probe_address: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def overall_health(self) -> Health:

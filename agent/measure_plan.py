@@ -152,7 +152,7 @@ def _children_by_parent(tree: Tree) -> Mapping[str, list[str]]:
 
 
 def _siblings(tree: Tree, k: int, seed: str, out: dict[str, list[Probe]]) -> None:
-    for parent, kids in sorted(_children_by_parent(tree).items()):
+    for _parent, kids in sorted(_children_by_parent(tree).items()):
         ring = _ordered(kids, seed)
         if len(ring) < 2:
             continue
@@ -165,7 +165,13 @@ def _siblings(tree: Tree, k: int, seed: str, out: dict[str, list[Probe]]) -> Non
 
 
 def _one_sibling(
-    intake: Sequence[_Sibling], a: int, turn: int, node: str, child: str, tier: int, out: dict[str, list[Probe]]
+    intake: Sequence[_Sibling],
+    a: int,
+    turn: int,
+    node: str,
+    child: str,
+    tier: int,
+    out: dict[str, list[Probe]],
 ) -> None:
     """The `turn`-th sibling probe of `node` (in domain `intake[a]`): the sibling at that turn in
     the ring, or the next one with room."""

@@ -120,7 +120,10 @@ def test_each_node_probes_inside_its_leaf_and_one_node_in_each_sibling_at_every_
     probes = plan(domains, k_inside=2, k_sibling=2)["n-0-0-0"]
     inside = [p for p in probes if p.scope == INSIDE]
     assert len(inside) == 2 and all(p.peer.startswith("n-0-0-") for p in inside)
-    assert {(p.tier, p.peer_domain) for p in probes if p.scope == SIBLING} == {(1, "leaf-0-1"), (2, "spine-1")}
+    assert {(p.tier, p.peer_domain) for p in probes if p.scope == SIBLING} == {
+        (1, "leaf-0-1"),
+        (2, "spine-1"),
+    }
 
 
 def test_the_plan_is_the_same_on_every_agent_and_changes_only_with_the_tree():

@@ -50,7 +50,13 @@ def node_readiness(nodes: Mapping[str, Obj]) -> dict[str, bool]:
 
 
 def node_label_map(nodes: Mapping[str, Obj]) -> dict[str, dict[str, str]]:
-    return {name: dict((n.get("metadata") or {}).get("labels") or {}) for name, n in nodes.items()}
+    """Node -> its labels: the record's own dict, not a copy (records are replaced, never changed;
+    a copy was a second 30-entry dict per node)."""
+    out: dict[str, dict[str, str]] = {}
+    for name, node in nodes.items():
+        labels = (node.get("metadata") or {}).get("labels")
+        out[name] = labels if type(labels) is dict else dict(labels or {})
+    return out
 
 
 @dataclass

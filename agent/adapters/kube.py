@@ -288,16 +288,17 @@ class KubeClient:
         return self.request("GET", resource.path(namespace=namespace, name=name))
 
     def list(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
-             field_selector: str | None = None,
-             transform: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
+             field_selector: str | None = None, transform: Callable[[Obj], Obj] | None = None,
+             limit: int = 500) -> tuple[list[Obj], str]:
         """All objects (paged; every namespace unless one is named) and the list's resourceVersion,
         where a watch starts from. `transform` is applied page by page, so a list of 100,000 whole
-        Nodes is never held at once (the informers keep slim records: aggregator.slim)."""
+        Nodes is never held at once (the informers keep slim records: aggregator.slim); `limit`
+        objects a page."""
         items: list[Obj] = []
         token: str | None = None
         while True:
             query = {"labelSelector": label_selector or None, "fieldSelector": field_selector or None,
-                     "limit": 500, "continue": token}
+                     "limit": limit, "continue": token}
             doc = self.request("GET", resource.path(namespace=namespace), query=query)
             page, meta = doc.pop("items", None) or [], doc.get("metadata") or {}
             items.extend(map(transform, page) if transform is not None else page)

@@ -1,0 +1,284 @@
+"""Folds the agents' round-trip measurements over the HyperNode tree: what each domain measures
+inside and towards its siblings, which pairs contradict the inferred tree, and which leaf groups
+latency alone suggests.
+
+Why: the tree is inferred from cabling (LLDP, ibnetdiscover, UFM, a model), and cabling can be
+wrong, missing, or right and still slow. A round trip is what a job gets. So for every pair
+measured, its tiers are where the two nodes meet in the tree (their lowest common domain), and:
+
+* per HyperNode: the median p50 of the pairs that meet in it (`inside_us`) and of the pairs from
+  it to a sibling (`sibling_us`), for annotations, metrics and `measured` output;
+* per tier: the median p50 of all pairs meeting at that tier (the latency profile of the fabric);
+* findings: a pair inside one leaf whose p50 is nearer the next tier's profile than the leaf's
+  ("measures like the spine"), a node whose p50 to another leaf is leaf-like while to its own it
+  is not ("measures like leaf X"), and a pair losing probes. Each carries the pair and the numbers,
+  and marks the node it blames as a grey failure (FabricDegraded), never as a failure: the link
+  still carries traffic;
+* `infer_leaves`: groups of nodes connected by leaf-like round trips, the cut taken at the widest
+  gap in the measured p50s, with how sure it is (the gap ratio and the share of nodes measured),
+  for a fabric with no cabling source.
+
+Pure: reports and the tree in, plain values out; time and I/O belong to the callers.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from agent.measure_plan import Domain, Tree, build_tree
+from agent.report import MAX_MEASUREMENTS, Measurement
+from aggregator.graph import FabricFault
+
+LOSS_FINDING_PERCENT = 5.0
+MAX_FINDINGS = 100  # a fabric-wide problem is told by its first hundred pairs, not all
+CAUSE = "latency"
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One measured pair, the prober first, with the domain where the two meet."""
+
+    a: str
+    b: str
+    p50_us: int
+    loss_percent: float
+    meet: str  # lowest common domain ("" when the tree does not join them)
+    tier: int  # its tier (0 when not joined)
+
+
+@dataclass(frozen=True, slots=True)
+class DomainFigures:
+    inside_us: int | None
+    inside_samples: int
+    sibling_us: int | None
+    sibling_samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredFinding:
+    node: str  # the node it blames
+    kind: str  # "slow-in-leaf" | "other-leaf" | "loss"
+    text: str
+
+
+@dataclass(frozen=True)
+class Fold:
+    domains: Mapping[str, DomainFigures]
+    tiers: Mapping[int, int]  # tier -> median p50 of the pairs meeting there
+    findings: tuple[MeasuredFinding, ...]
+
+    def fabric_faults(self) -> Mapping[str, tuple[FabricFault, ...]]:
+        """The findings as grey faults on the nodes they blame (FabricDegraded on their domains)."""
+        out: dict[str, list[FabricFault]] = defaultdict(list)
+        for f in self.findings:
+            out[f.node].append(FabricFault(False, CAUSE, f.text))
+        return {node: tuple(faults) for node, faults in out.items()}
+
+    def annotations(self, name: str) -> Mapping[str, str]:
+        """A HyperNode's measured figures as annotations (nothing for a domain never measured)."""
+        d = self.domains.get(name)
+        out: dict[str, str] = {}
+        if d and d.inside_us is not None:
+            out["hypertopo.io/measured-inside-p50-us"] = str(d.inside_us)
+        if d and d.sibling_us is not None:
+            out["hypertopo.io/measured-sibling-p50-us"] = str(d.sibling_us)
+        return out
+
+
+def _ancestors(tree: Tree, node: str) -> list[str]:
+    chain: list[str] = []
+    here = tree.leaf_of.get(node)
+    while here is not None and here not in chain:
+        chain.append(here)
+        here = tree.parent.get(here)
+    return chain
+
+
+def pairs(tree: Tree, measured: Mapping[str, Sequence[Measurement]]) -> list[Pair]:
+    """Every answered or lossy measurement as a pair placed in the tree (each node's first
+    MAX_MEASUREMENTS only: reports are outside input)."""
+    chains: dict[str, list[str]] = {}
+    out = []
+    for node, ms in measured.items():
+        mine = chains.setdefault(node, _ancestors(tree, node))
+        for m in ms[:MAX_MEASUREMENTS]:
+            theirs = chains.setdefault(m.peer, _ancestors(tree, m.peer))
+            common = set(theirs)
+            meet = next((d for d in mine if d in common), "")
+            tier = tree.domains[meet].tier if meet else 0
+            out.append(Pair(node, m.peer, m.p50_us, m.loss_percent, meet, tier))
+    return out
+
+
+def _median(values: Sequence[int]) -> int | None:
+    return round(statistics.median(values)) if values else None
+
+
+def _domain_figures(tree: Tree, found: Sequence[Pair]) -> dict[str, DomainFigures]:
+    inside: dict[str, list[int]] = defaultdict(list)
+    towards: dict[str, list[int]] = defaultdict(list)
+    for p in found:
+        if not p.meet or p.loss_percent >= 100:
+            continue
+        inside[p.meet].append(p.p50_us)
+        for end in (p.a, p.b):  # the child of `meet` each end is in has a sibling sample
+            child = next((d for d in _ancestors(tree, end) if tree.parent.get(d) == p.meet), None)
+            if child:
+                towards[child].append(p.p50_us)
+    return {
+        name: DomainFigures(
+            _median(inside[name]), len(inside[name]), _median(towards[name]), len(towards[name])
+        )
+        for name in tree.domains
+        if inside[name] or towards[name]
+    }
+
+
+def _tier_profile(found: Sequence[Pair]) -> dict[int, int]:
+    by_tier: dict[int, list[int]] = defaultdict(list)
+    for p in found:
+        if p.tier and p.loss_percent < 100:
+            by_tier[p.tier].append(p.p50_us)
+    return {tier: round(statistics.median(v)) for tier, v in sorted(by_tier.items())}
+
+
+def _cut(tiers: Mapping[int, int], low: int) -> float | None:
+    """Halfway (geometrically) between a tier's profile and the next measured tier's."""
+    above = [t for t in tiers if t > low]
+    if low not in tiers or not above:
+        return None
+    return math.sqrt(max(tiers[low], 1) * max(tiers[min(above)], 1))
+
+
+def _slow_in_leaf(found: Sequence[Pair], tiers: Mapping[int, int]) -> list[MeasuredFinding]:
+    cut = _cut(tiers, 1)
+    if cut is None:
+        return []
+    slow = [p for p in found if p.tier == 1 and p.loss_percent < 100 and p.p50_us > cut]
+    # blame the end that is in most slow pairs (a bad link or NIC makes all its pairs slow)
+    count: dict[str, int] = defaultdict(int)
+    for p in slow:
+        count[p.a] += 1
+        count[p.b] += 1
+    out = []
+    for p in slow:
+        node = p.a if count[p.a] >= count[p.b] else p.b
+        up = min(t for t in tiers if t > 1)
+        out.append(
+            MeasuredFinding(
+                node,
+                "slow-in-leaf",
+                f"{p.a} -> {p.b} in leaf {p.meet}: p50 {p.p50_us} us, like tier {up} ({tiers[up]} us) "
+                f"rather than the leaf tier ({tiers[1]} us)",
+            )
+        )
+    return out
+
+
+def _per_node_leaf_latency(tree: Tree, found: Sequence[Pair]) -> dict[str, dict[str, list[int]]]:
+    by: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for p in found:
+        if p.loss_percent >= 100:
+            continue
+        for me, other in ((p.a, p.b), (p.b, p.a)):
+            leaf = tree.leaf_of.get(other)
+            if leaf:
+                by[me][leaf].append(p.p50_us)
+    return by
+
+
+def _other_leaf(tree: Tree, found: Sequence[Pair], tiers: Mapping[int, int]) -> list[MeasuredFinding]:
+    cut = _cut(tiers, 1)
+    if cut is None:
+        return []
+    out = []
+    for node, by_leaf in sorted(_per_node_leaf_latency(tree, found).items()):
+        own = tree.leaf_of.get(node)
+        medians = {leaf: statistics.median(v) for leaf, v in by_leaf.items()}
+        best = min(medians, key=lambda leaf: (medians[leaf], leaf))
+        own_us = medians.get(own) if own else None
+        if best != own and medians[best] < cut and (own_us is None or own_us > cut):
+            own_text = f"{round(own_us)} us" if own_us is not None else "not measured"
+            out.append(
+                MeasuredFinding(
+                    node,
+                    "other-leaf",
+                    f"{node} measures like leaf {best} (p50 {round(medians[best])} us) but is in {own} ({own_text})",
+                )
+            )
+    return out
+
+
+def _lossy(found: Sequence[Pair]) -> list[MeasuredFinding]:
+    return [
+        MeasuredFinding(p.b, "loss", f"{p.a} -> {p.b}: {p.loss_percent:g} % of probes lost")
+        for p in found
+        if p.loss_percent >= LOSS_FINDING_PERCENT
+    ]
+
+
+def fold(domains: Iterable[Domain], measured: Mapping[str, Sequence[Measurement]]) -> Fold:
+    """Per-domain figures, the tier profile and the findings for one set of measurements."""
+    tree = build_tree(domains)
+    found = pairs(tree, measured)
+    tiers = _tier_profile(found)
+    findings = [*_slow_in_leaf(found, tiers), *_other_leaf(tree, found, tiers), *_lossy(found)]
+    return Fold(_domain_figures(tree, found), tiers, tuple(findings[:MAX_FINDINGS]))
+
+
+@dataclass(frozen=True)
+class LeafGuess:
+    """Leaf groups from latency alone: `gap` is how far apart (a ratio) the slowest leaf-like and
+    the fastest non-leaf-like round trips are (2 or more: clear), `coverage` the share of nodes
+    with at least one leaf-like round trip (a node without one is a group of its own)."""
+
+    groups: tuple[frozenset[str], ...]
+    cut_us: float
+    gap: float
+    coverage: float
+
+
+def _widest_gap(values: Sequence[int]) -> tuple[float, float]:
+    """(cut, ratio) at the widest ratio between consecutive sorted p50s."""
+    ordered = sorted(max(v, 1) for v in values)
+    best = (float(ordered[-1]) + 1, 1.0)
+    for lo, hi in zip(ordered, ordered[1:], strict=False):
+        if hi / lo > best[1]:
+            best = (math.sqrt(lo * hi), hi / lo)
+    return best
+
+
+def infer_leaves(measured: Mapping[str, Sequence[Measurement]]) -> LeafGuess:
+    """Connected components of the leaf-like round trips (union-find, near O(pairs))."""
+    answered = [
+        (a, m.peer, m.p50_us)
+        for a, ms in measured.items()
+        for m in ms[:MAX_MEASUREMENTS]
+        if m.loss_percent < 100
+    ]
+    nodes = {a for a in measured} | {b for _, b, _ in answered}
+    if not answered:
+        return LeafGuess(tuple(frozenset({n}) for n in sorted(nodes)), 0.0, 1.0, 0.0)
+    cut, gap = _widest_gap([us for _, _, us in answered])
+    root = {n: n for n in nodes}
+
+    def find(n: str) -> str:
+        while root[n] != n:
+            root[n] = root[root[n]]
+            n = root[n]
+        return n
+
+    linked: set[str] = set()
+    for a, b, us in answered:
+        if us < cut:
+            root[find(a)] = find(b)
+            linked |= {a, b}
+    groups: dict[str, set[str]] = defaultdict(set)
+    for n in nodes:
+        groups[find(n)].add(n)
+    ordered = tuple(sorted((frozenset(g) for g in groups.values()), key=lambda g: sorted(g)))
+    return LeafGuess(ordered, cut, gap, len(linked) / len(nodes))

@@ -23,6 +23,7 @@ Pure: reports and the tree in, plain values out; time and I/O belong to the call
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -246,7 +247,7 @@ def _widest_gap(values: Sequence[int]) -> tuple[float, float]:
     """(cut, ratio) at the widest ratio between consecutive sorted p50s."""
     ordered = sorted(max(v, 1) for v in values)
     best = (float(ordered[-1]) + 1, 1.0)
-    for lo, hi in zip(ordered, ordered[1:], strict=False):
+    for lo, hi in itertools.pairwise(ordered):
         if hi / lo > best[1]:
             best = (math.sqrt(lo * hi), hi / lo)
     return best

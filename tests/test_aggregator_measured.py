@@ -62,7 +62,7 @@ def test_a_node_cabled_in_one_leaf_that_measures_like_another_is_named():
     result = fold(DOMAINS, measure(really))
     other = [f for f in result.findings if f.kind == "other-leaf"]
     assert [f.node for f in other] == ["b4"]
-    assert "b4 measures like leaf leaf-a (p50 10 us) but is in leaf-b (100 us)" == other[0].text
+    assert other[0].text == "b4 measures like leaf leaf-a (p50 10 us) but is in leaf-b (100 us)"
 
 
 def test_lossy_pairs_are_findings_and_unreachable_peers_stay_out_of_the_medians():

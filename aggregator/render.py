@@ -42,16 +42,19 @@ def _short_hash(text: str) -> str:
 
 def domain_name(kind: str, identity: tuple[str, ...]) -> str:
     """Stable DNS-1123 name of a domain from its kind and identity."""
+    # The digest covers the whole identity: two NVLink domains whose cluster UUIDs share the head
+    # shown in the name (8 hex digits, met among a few thousand racks) keep distinct names, so their
+    # `hypertopo.io/nvlink` label values never merge the two racks into one domain.
+    digest = _short_hash("\0".join((kind, *identity)) if kind != NVLINK else "\0".join(identity))
     if kind == NVLINK and len(identity) == 1 and "/" in identity[0]:
         cluster_uuid, _, clique = identity[0].partition("/")
-        identity = (f"{cluster_uuid.split('-')[0]}-c{clique}",)  # uuid head + clique, hashed below
+        identity = (f"{cluster_uuid.split('-')[0]}-c{clique}",)  # uuid head + clique, then the digest
         exact = False
     else:
         exact = len(identity) == 1 and _DNS_LABEL.fullmatch(identity[0]) is not None  # "$" would pass "leaf1\n"
     base = f"{_slug(kind)}-{_slug(identity[0]) if identity else 'none'}"
     if exact and len(base) <= MAX_NAME:
         return base
-    digest = _short_hash("\0".join((kind, *identity)) if kind != NVLINK else "\0".join(identity))
     return f"{base[: MAX_NAME - 9].rstrip('-')}-{digest}"
 
 

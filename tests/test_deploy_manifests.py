@@ -542,6 +542,61 @@ def test_the_aggregator_may_write_only_hypernodes_labelled_as_hypertopos(install
     installed.kubectl("delete", "hypernode", theirs)
 
 
+SCHEDULER = f"--as=system:serviceaccount:{NS}:hypertopo-scheduler"
+
+
+def _configmap(namespace: str, name: str, labels: dict[str, str]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "data": {"hostfile": "n1 slots=8\n"},
+                       "metadata": {"name": name, "namespace": namespace, "labels": labels}})
+
+
+def test_the_scheduler_may_write_only_its_own_configmaps_outside_its_namespace(
+    installed: ControlPlane, unique: str
+) -> None:
+    """RBAC grants ConfigMap create and patch everywhere (a gang's hostfile goes in the gang's
+    namespace); the admission policy narrows it to ConfigMaps labelled as the scheduler's, before
+    and after the write, so another workload's configuration stays out of its reach. In its own
+    namespace (the breaker's state) RBAC alone decides."""
+    namespace = f"cm-{unique}"
+    installed.kubectl("create", "namespace", namespace)
+    try:
+        installed.kubectl("create", "-f", "-", input=_configmap(namespace, "theirs", {"team": "ml"}).replace("n1 slots", "n0 slots"))
+
+        def as_scheduler(*args: str, data: str | None = None) -> Any:
+            return installed.kubectl(*args, SCHEDULER, input=data, check=False)
+
+        deadline = time.monotonic() + 20  # the API server loads a new policy within seconds
+        refused = as_scheduler("create", "-f", "-", data=_configmap(namespace, "bare", {}))
+        while refused.returncode == 0 and time.monotonic() < deadline:
+            installed.kubectl("delete", "configmap", "bare", "-n", namespace, "--ignore-not-found")
+            time.sleep(0.5)
+            refused = as_scheduler("create", "-f", "-", data=_configmap(namespace, "bare", {}))
+        assert refused.returncode != 0 and "hypertopo-scheduler may write only ConfigMaps labelled" in refused.stderr
+        labels = {"app.kubernetes.io/managed-by": "hypertopo-scheduler"}
+
+        def apply(name: str, labels: dict[str, str]) -> Any:  # a patch without a read (RBAC has no get)
+            return as_scheduler("apply", "--server-side", "--force-conflicts", "--field-manager=test", "-f", "-",
+                                data=_configmap(namespace, name, labels))  # fmt: skip
+
+        for attempt, message in ((labels, "theirs is not hypertopo-scheduler's"),  # adopting it by the label
+                                 ({"team": "ml"}, "may write only ConfigMaps labelled")):  # changing its data
+            proc = apply("theirs", attempt)
+            assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+        for _ in range(2):  # created, then patched
+            written = apply("job-hostfile", labels)
+            assert written.returncode == 0, written.stderr
+        unlabel = apply("job-hostfile", {})  # the same field manager drops the label it set
+        assert unlabel.returncode != 0 and "may write only ConfigMaps labelled" in unlabel.stderr, unlabel.stderr
+        stored = json.loads(installed.kubectl("get", "configmap", "theirs", "-n", namespace, "-o", "json").stdout)
+        assert stored["metadata"]["labels"] == {"team": "ml"} and stored["data"] == {"hostfile": "n0 slots=8\n"}
+        breaker = f"breaker-{unique}"  # its own namespace: unlabelled, as the breaker writes its state
+        made = as_scheduler("create", "-f", "-", data=_configmap(NS, breaker, {"app.kubernetes.io/part-of": "hypertopo"}))
+        assert made.returncode == 0, made.stderr
+        installed.kubectl("delete", "configmap", breaker, "-n", NS)
+    finally:
+        installed.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
+
+
 def test_with_node_marks_the_aggregator_may_change_only_hypertopos_marks_on_nodes(
     installed: ControlPlane, unique: str, tmp_path: Path
 ) -> None:

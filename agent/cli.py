@@ -40,6 +40,7 @@ from agent.command_line import (
     one_line,
     setup_logging,
 )
+from agent.measure_cli import add_measure_flags, start_measuring
 from agent.probes.grey import GreyConfig, RateLimit, parse_limit
 from agent.report import NodeReport, node_topology_object
 
@@ -300,6 +301,7 @@ def _add_run_parser(sub: Any) -> None:
         zero=True,
     )
     _add_probe_flags(run)
+    add_measure_flags(run)
 
 
 def _collect_config(args: argparse.Namespace, node_name: str) -> CollectConfig:
@@ -397,7 +399,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     config = RunConfig(interval=args.interval, listen=listen, ready_grace=args.ready_grace)
     publisher = Publisher(api, verify_every=args.verify_interval or None)
-    agent = Agent(Prober(_collect_config(args, args.node_name)), publisher, config)
+    measuring = start_measuring(args, args.node_name, args.kubeconfig)
+    measure = measuring[0] if measuring else None
+    agent = Agent(Prober(_collect_config(args, args.node_name)), publisher, config, measure=measure)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
@@ -410,6 +414,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:  # e.g. the --listen address is taken
         log.error("cannot run: %s", exc)
         return EXIT_FAILED
+    finally:
+        if measuring:
+            measuring[1].stop()
     return EXIT_OK
 
 

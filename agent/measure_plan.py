@@ -32,6 +32,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 INSIDE = "inside"
 SIBLING = "sibling"
@@ -106,6 +107,26 @@ def build_tree(domains: Iterable[Domain], *, seed: str = "") -> Tree:
             members = [n for c in d.children if c in nodes and parent.get(c) == d.name for n in nodes[c]]
         nodes[d.name] = _ordered(set(members), seed)
     return Tree(by_name, nodes, parent, leaf_of)
+
+
+def domains_from_hypernodes(objects: Iterable[Mapping[str, Any]]) -> list[Domain]:
+    """Volcano HyperNode objects -> domains: `spec.tier`, members by exact name (a regex or label
+    selector member is not followed: the plan needs names). Shapes that are not a HyperNode's are
+    skipped, not raised: the objects come from the API server, already schema-checked."""
+    out = []
+    for obj in objects:
+        spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
+        tier, name = spec.get("tier"), meta.get("name")
+        if not isinstance(tier, int) or not isinstance(name, str):
+            continue
+        kind = "Node" if tier == 1 else "HyperNode"
+        children = [
+            (m.get("selector") or {}).get("exactMatch", {}).get("name")
+            for m in spec.get("members") or []
+            if isinstance(m, Mapping) and m.get("type") == kind
+        ]
+        out.append(Domain(name, tier, tuple(c for c in children if isinstance(c, str))))
+    return out
 
 
 def tree_digest(domains: Iterable[Domain]) -> str:

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from agent.adapters.endpoints import Endpoint, serve
 from agent.adapters.endpoints import parse_listen as parse_listen  # the CLI validates --listen with it
 from agent.collect import Prober, describe
+from agent.fabric_measure import FabricMeasure, MeasureMetrics
 from agent.metrics import AgentMetrics
 from agent.publish import Publisher
 from agent.report import NodeReport, node_topology_object, report_from_spec
@@ -50,12 +51,22 @@ class RunConfig:
 class Agent:
     """The long-running agent: wires the prober, publisher, watchers and HTTP server together."""
 
-    def __init__(self, prober: Prober, publisher: Publisher, config: RunConfig = RunConfig()) -> None:
+    def __init__(
+        self,
+        prober: Prober,
+        publisher: Publisher,
+        config: RunConfig = RunConfig(),
+        *,
+        measure: FabricMeasure | None = None,
+    ) -> None:
         self.prober = prober
         self.publisher = publisher
         self.config = config
+        self.measure = measure  # --measure-fabric: its own thread, stamped onto every report
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(AgentMetrics(lambda: prober.latest, publisher.counts))
+        if measure is not None:
+            self.registry.register(MeasureMetrics(measure))
         ProcessCollector(namespace="hypertopo", registry=self.registry)
         self.stop_event = threading.Event()
         self._poke = threading.Event()
@@ -96,6 +107,9 @@ class Agent:
         if self.config.carry_over:
             self.publisher.expect_read_back(self.prober.config.node_name, self.carry_over)
         self._spawn("publisher", lambda: self.publisher.run(self.stop_event))
+        if self.measure is not None:
+            measure = self.measure
+            self._spawn("fabric-measure", lambda: measure.run(self.stop_event))
         previous: NodeReport | None = None
         try:
             previous = self.cycle(previous)
@@ -114,6 +128,8 @@ class Agent:
     def cycle(self, previous: NodeReport | None) -> NodeReport:
         with self._cycle_lock:
             report = self.prober.collect()
+            if self.measure is not None:
+                report = self.measure.stamp(report)
             self.publisher.submit(node_topology_object(report))
         self.cycles += 1
         if previous is None or previous.health != report.health:

@@ -1,0 +1,129 @@
+"""The agent's measuring loop (`run --measure-fabric ADDRESS`): re-plan when the tree changes,
+time round trips to this node's planned peers, latch them into the report, export them.
+
+Why a loop of its own, beside the probe loop: a round to ten peers at 20 probes each takes a
+second or more, and a lost probe waits its timeout; the probe loop must keep answering link events
+in under a second. So measuring runs in its own thread every `interval` (default 300 s: the cost
+is `plan size x count x 2` datagrams of 64 bytes a round, see README "Measured fabric"), and the
+probe loop stamps the latest latched measurements onto each report it publishes.
+
+Whom the responder answers: the probe addresses of the nodes whose plan names this node (every
+agent computes the same plan), so a responder is open to the dozen nodes that will probe it, not
+to the cluster. The cluster view (HyperNodes, peers' probe addresses) and the transport are
+parameters: adapters in production, plain objects in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from agent.api_error import ApiError
+from agent.measure_plan import Domain, Probe, plan, tree_digest
+from agent.probes.fabric_rtt import RttTransport, latch, summarise
+from agent.report import Measurement, NodeReport
+
+log = logging.getLogger(__name__)
+
+ClusterView = tuple[Sequence[Domain], Mapping[str, str]]  # the tree, node -> probe address
+
+
+@dataclass
+class FabricMeasure:
+    """One node's measuring state; `round()` does one round, `run()` repeats it."""
+
+    node: str
+    address: str
+    transport: RttTransport
+    cluster: Callable[[], ClusterView]
+    count: int = 20
+    interval: float = 300.0
+    clock: Callable[[], float] = time.time
+    digest: str = ""
+    probes: tuple[Probe, ...] = ()
+    prober_names: frozenset[str] = frozenset()  # nodes whose plan names this one
+    probers: frozenset[str] = frozenset()  # their addresses: the only ones answered
+    measurements: tuple[Measurement, ...] = ()
+    live: dict[str, Measurement] = field(default_factory=dict)  # last round, unlatched (metrics)
+    rounds: int = 0
+
+    def replan(self, domains: Sequence[Domain], addresses: Mapping[str, str]) -> None:
+        """A new plan only when the tree changed; the allow-list follows the addresses always."""
+        digest = tree_digest(domains)
+        if digest != self.digest:
+            plans = plan(domains)
+            self.probes, self.digest = plans.get(self.node, ()), digest
+            log.info("fabric probe plan: %d peers (tree %s)", len(self.probes), digest)
+            self.prober_names = frozenset(
+                n for n, ps in plans.items() if any(p.peer == self.node for p in ps)
+            )
+        self.probers = frozenset(addresses[n] for n in self.prober_names if n in addresses)
+
+    def round(self) -> tuple[Measurement, ...]:
+        domains, addresses = self.cluster()
+        self.replan(domains, addresses)
+        current = []
+        for p in self.probes:
+            peer_address = addresses.get(p.peer)
+            if peer_address is None:
+                continue  # the peer does not measure (or has not published yet): nothing answers
+            rtts = self.transport.round_trips(peer_address, self.count)
+            current.append(summarise(p.peer, rtts, when=self.clock(), transport=self.transport.name))
+        self.live = {m.peer: m for m in current}
+        self.measurements = latch(self.measurements, current)
+        self.rounds += 1
+        return self.measurements
+
+    def allowed(self) -> frozenset[str]:
+        return self.probers
+
+    def stamp(self, report: NodeReport) -> NodeReport:
+        """The report with this node's probe address and latched measurements."""
+        return replace(report, measurements=self.measurements, probe_address=self.address)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.round()
+            except (ApiError, OSError, ValueError) as exc:  # the API away: the next round tries again
+                log.warning("fabric measuring round failed: %s", exc)
+            stop.wait(self.interval)
+
+
+class MeasureMetrics(Collector):
+    """hypertopo_fabric_rtt_p50/p99_seconds and _loss_ratio per peer, from the last round."""
+
+    def __init__(self, measure: FabricMeasure) -> None:
+        self._measure = measure
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        live = list(self._measure.live.values())
+        families = (
+            ("p50_seconds", "median round trip to a fabric peer, last round", lambda m: m.p50_us / 1e6),
+            (
+                "p99_seconds",
+                "99th percentile round trip to a fabric peer, last round",
+                lambda m: m.p99_us / 1e6,
+            ),
+            (
+                "loss_ratio",
+                "share of fabric probes to a peer lost, last round",
+                lambda m: m.loss_percent / 100,
+            ),
+        )
+        for suffix, text, value in families:
+            g = GaugeMetricFamily(f"hypertopo_fabric_rtt_{suffix}", text, labels=["peer", "transport"])
+            for m in live:
+                g.add_metric([m.peer, m.transport], value(m))
+            yield g
+        yield GaugeMetricFamily(
+            "hypertopo_fabric_probe_peers",
+            "peers in this node's fabric probe plan",
+            value=len(self._measure.probes),
+        )

@@ -1,0 +1,107 @@
+"""`hypertopo-agent run --measure-fabric ADDRESS`: the options of the fabric measuring loop and
+the wiring of its parts (responder, UDP transport, cluster view, loop).
+
+Why opt-in: measuring sends traffic over the fabric jobs use and opens a UDP port on the fabric
+address. Its cost is bounded (README "Measured fabric": about ten peers, `--measure-count`
+datagrams of 64 bytes each way every `--measure-interval`), but an operator turns it on knowingly.
+Kept out of agent.cli so the command module stays a list of commands."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+
+def _bounded(parse: Callable[[str], Any], noun: str, low: float, high: float) -> Callable[[str], Any]:
+    """An argparse `type`: a number within [low, high] (`low` itself excluded for a float), else a
+    one-line usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {noun}: {text!r}") from None
+        if not (low <= value <= high) or (parse is float and value == low):
+            raise argparse.ArgumentTypeError(
+                f"must be {'above' if parse is float else 'from'} {low:g} to {high:g}"
+            )
+        return value
+
+    return convert
+
+
+_positive = _bounded(float, "number", 0.0, 86400.0)
+_count = _bounded(int, "whole number", 1, 1000)
+_port = _bounded(int, "port", 1, 65535)
+
+
+def add_measure_flags(run: argparse.ArgumentParser) -> None:
+    group = run.add_argument_group(
+        "measured fabric (off unless --measure-fabric; see README 'Measured fabric' for the cost)"
+    )
+    group.add_argument(
+        "--measure-fabric",
+        metavar="ADDRESS",
+        default=None,
+        help="measure UDP round trips to the peers the probe plan picks, from and on this fabric NIC address "
+        "(published as spec.probeAddress); off by default",
+    )
+    group.add_argument(
+        "--measure-interface",
+        metavar="IFACE",
+        default=None,
+        help="also tie the probe sockets to this interface (SO_BINDTODEVICE, needs CAP_NET_RAW)",
+    )
+    group.add_argument(
+        "--measure-interval",
+        type=_positive,
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds between measuring rounds (default 300)",
+    )
+    group.add_argument(
+        "--measure-count", type=_count, default=20, metavar="N", help="probes per peer a round (default 20)"
+    )
+    group.add_argument(
+        "--measure-port",
+        type=_port,
+        default=9731,
+        metavar="PORT",
+        help="UDP port of the probe responder (default 9731)",
+    )
+    group.add_argument(
+        "--measure-rate",
+        type=_positive,
+        default=50.0,
+        metavar="PER_SECOND",
+        help="most probes answered a second (token bucket, burst 20; default 50)",
+    )
+
+
+def start_measuring(
+    args: argparse.Namespace, node_name: str, kubeconfig: str | None
+) -> tuple[Any, Any] | None:
+    """The measuring loop and its started responder, or None when --measure-fabric is not given."""
+    if not args.measure_fabric:
+        return None
+    from agent.adapters.fabric_cluster import cluster_view
+    from agent.adapters.kube import connect
+    from agent.adapters.udp_probe import UdpResponder, UdpTransport
+    from agent.fabric_measure import FabricMeasure
+
+    kube = connect(kubeconfig, timeout=(2.0, 10.0))
+    address, port, interface = args.measure_fabric, args.measure_port, args.measure_interface
+    measure = FabricMeasure(
+        node=node_name,
+        address=address,
+        transport=UdpTransport(address, port=port, interface=interface),
+        cluster=lambda: cluster_view(kube),
+        count=args.measure_count,
+        interval=args.measure_interval,
+    )
+    responder = UdpResponder(
+        address, port=port, allowed=measure.allowed, rate=args.measure_rate, interface=interface
+    )
+    responder.start()
+    return measure, responder

@@ -1,0 +1,95 @@
+"""The agent's measuring loop (agent.fabric_measure): re-plans only when the tree changes, answers
+only the nodes that plan to probe it, latches what it publishes, and stamps the report."""
+
+from __future__ import annotations
+
+from agent.fabric_measure import FabricMeasure, MeasureMetrics
+from agent.measure_plan import Domain, plan
+from agent.report import ComponentHealth, Health, NodeReport
+
+DOMAINS = [
+    Domain("leaf-a", 1, ("a1", "a2", "a3")),
+    Domain("leaf-b", 1, ("b1", "b2", "b3")),
+    Domain("spine", 2, ("leaf-a", "leaf-b")),
+]
+ADDRESSES = {n: f"10.0.0.{i}" for i, n in enumerate(["a1", "a2", "a3", "b1", "b2", "b3"], start=1)}
+
+
+class FakeTransport:
+    """Round trips from a table: 10 us inside a leaf, 100 us across, with a scale to move them."""
+
+    name = "udp"
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self.asked: list[str] = []
+
+    def round_trips(self, peer_address: str, count: int) -> list[float | None]:
+        self.asked.append(peer_address)
+        across = peer_address in {ADDRESSES[n] for n in ("b1", "b2", "b3")}
+        return [(100e-6 if across else 10e-6) * self.scale] * count
+
+
+def loop(domains=DOMAINS, addresses=ADDRESSES):
+    view = {"domains": domains, "addresses": addresses}
+    transport = FakeTransport()
+    measure = FabricMeasure(
+        "a1", "10.0.0.1", transport, lambda: (view["domains"], view["addresses"]), count=5
+    )
+    return measure, transport, view
+
+
+def test_a_round_probes_the_planned_peers_at_their_published_addresses():
+    measure, transport, _ = loop()
+    published = measure.round()
+    planned = {p.peer for p in plan(DOMAINS)["a1"]}
+    assert {m.peer for m in published} == planned
+    assert sorted(transport.asked) == sorted(ADDRESSES[p] for p in planned)
+    assert {m.peer: m.p50_us for m in published}["a2"] == 10
+
+
+def test_the_responder_answers_only_nodes_whose_plan_names_this_one():
+    measure, _, _ = loop()
+    measure.round()
+    probers = {n for n, ps in plan(DOMAINS).items() if any(p.peer == "a1" for p in ps)}
+    assert measure.allowed() == {ADDRESSES[n] for n in probers} and measure.allowed()
+
+
+def test_peers_without_a_probe_address_are_skipped():
+    measure, transport, _ = loop(addresses={"a1": "10.0.0.1"})
+    assert measure.round() == () and transport.asked == []
+
+
+def test_the_plan_is_kept_until_the_tree_changes():
+    measure, _, view = loop()
+    measure.round()
+    digest = measure.digest
+    measure.round()
+    assert measure.digest == digest
+    view["domains"] = [
+        *DOMAINS[:2],
+        Domain("leaf-c", 1, ("c1",)),
+        Domain("spine", 2, ("leaf-a", "leaf-b", "leaf-c")),
+    ]
+    measure.round()
+    assert measure.digest != digest
+
+
+def test_published_figures_stay_while_within_the_band_and_metrics_show_the_live_ones():
+    measure, transport, _ = loop()
+    first = measure.round()
+    transport.scale = 1.1  # 10 -> 11 us, 100 -> 110 us: within the band
+    assert measure.round() == first
+    assert {m.peer: m.p50_us for m in measure.live.values()}["a2"] == 11
+    families = {f.name: f for f in MeasureMetrics(measure).collect()}
+    samples = {s.labels["peer"]: s.value for s in families["hypertopo_fabric_rtt_p50_seconds"].samples}
+    assert samples["a2"] == 11e-6
+    transport.scale = 3.0
+    assert measure.round() != first
+
+
+def test_the_report_carries_the_probe_address_and_the_latched_measurements():
+    measure, _, _ = loop()
+    measure.round()
+    report = measure.stamp(NodeReport("a1", {"host": ComponentHealth(Health.OK)}))
+    assert report.probe_address == "10.0.0.1" and report.measurements == measure.measurements

@@ -9,18 +9,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from realparts import missing
 from test_kueue_topology import FAT_TREE, FakeStore, _hypernodes
 
 from aggregator.adapters.kai import KaiTopologyClient
 from aggregator.adapters.kube import connect
 from aggregator.kai_topology import API_VERSION, KaiTopologyKeeper, topology_object
-from aggregator.kueue_topology import ABSENT_RECHECK_SECONDS, HOSTNAME_LABEL
+from aggregator.kueue_topology import ABSENT_RECHECK_SECONDS, HOSTNAME_LABEL, levels_of
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL_TREE = ("hypertopo.io/spine", "hypertopo.io/leaf", HOSTNAME_LABEL)
@@ -142,3 +144,13 @@ def test_kais_crd_refuses_what_the_keeper_never_writes(kai_api: Any, unique: str
                                check=False)
         assert proc.returncode != 0
         assert ("lowest level" if i == 0 else "must be unique") in proc.stderr
+
+
+@pytest.mark.apiserver
+def test_the_readme_example_is_what_the_keeper_writes_and_kai_takes_it(kai_api: Any) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n(apiVersion: kai.scheduler/v1alpha1\nkind: Topology\n.*?)```", readme, re.S)
+    assert block, "the README shows KAI's Topology"
+    assert yaml.safe_load(block.group(1)) == topology_object(levels_of(_hypernodes("fat-tree-3tier.yaml")))
+    proc = kai_api.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=block.group(1))
+    assert "serverside-applied (server dry run)" in proc.stdout

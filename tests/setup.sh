@@ -5,7 +5,7 @@
 #      requirements/test.lock (requirements/update.sh regenerates the lock files)
 #   3. the control plane (kube-apiserver, kubectl, etcd), kwok, and Volcano (vc-scheduler,
 #      vc-controller-manager and its CRDs), built from the pinned Go modules in tests/controlplane
-#      and cached in ~/.cache/hypertopo (first run only); helm, built the same way; Kueue's and
+#      and cached in ~/.cache/hypertopo (first run only); helm, built the same way; Kueue's, KAI's and
 #      prometheus-operator's CRDs from their Go modules
 #   4. the real node's parts: kubelet, kube-controller-manager and kube-scheduler from the same
 #      pinned Kubernetes modules (tests/realnode/nodebin, cached like the control plane); the
@@ -49,6 +49,8 @@ echo "setup: prometheus-operator CRDs" >&2
 bash tests/controlplane/prometheus_operator_crds.sh >/dev/null
 echo "setup: Kueue CRDs" >&2
 bash tests/controlplane/kueue_crds.sh >/dev/null
+echo "setup: KAI Scheduler CRDs" >&2
+bash tests/controlplane/kai_crds.sh >/dev/null
 echo "setup: helm" >&2
 bash tests/controlplane/helm/build_helm.sh >/dev/null
 echo "setup: node binaries (kubelet, kube-controller-manager, kube-scheduler)" >&2

@@ -34,6 +34,7 @@ from agent.command_line import (
     summarise,
 )
 from agent.report import KIND, NodeReport
+from aggregator.measured_cli import add_measured_command
 from aggregator.object_files import of_kind, read_objects
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline
 from aggregator.registry import add_source_arguments, load_sources
@@ -299,6 +300,7 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     _add_render(sub)
     _add_run(sub, wanted=_command_of(argv) == "run")
     add_tree_command(sub)
+    add_measured_command(sub)
     return top
 
 

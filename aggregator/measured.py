@@ -155,20 +155,28 @@ def _cut(tiers: Mapping[int, int], low: int) -> float | None:
     return math.sqrt(max(tiers[low], 1) * max(tiers[min(above)], 1))
 
 
+def _excess(found: Sequence[Pair], tiers: Mapping[int, int]) -> dict[str, float]:
+    """Per node, the median of its pairs' p50 over their tier's profile: a node behind a slow link
+    or NIC is slow towards everyone (well above 1), its healthy partner only towards it."""
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for p in found:
+        if p.tier in tiers and p.loss_percent < 100:
+            ratio = p.p50_us / max(tiers[p.tier], 1)
+            ratios[p.a].append(ratio)
+            ratios[p.b].append(ratio)
+    return {node: statistics.median(r) for node, r in ratios.items()}
+
+
 def _slow_in_leaf(found: Sequence[Pair], tiers: Mapping[int, int]) -> list[MeasuredFinding]:
     cut = _cut(tiers, 1)
     if cut is None:
         return []
     slow = [p for p in found if p.tier == 1 and p.loss_percent < 100 and p.p50_us > cut]
-    # blame the end that is in most slow pairs (a bad link or NIC makes all its pairs slow)
-    count: dict[str, int] = defaultdict(int)
-    for p in slow:
-        count[p.a] += 1
-        count[p.b] += 1
+    excess = _excess(found, tiers) if slow else {}
+    up = min((t for t in tiers if t > 1), default=1)
     out = []
     for p in slow:
-        node = p.a if count[p.a] >= count[p.b] else p.b
-        up = min(t for t in tiers if t > 1)
+        node = p.a if excess.get(p.a, 0) >= excess.get(p.b, 0) else p.b
         out.append(
             MeasuredFinding(
                 node,

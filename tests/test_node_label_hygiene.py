@@ -14,11 +14,19 @@ from typing import Any
 
 import pytest
 import yaml
-from aggregator_controller_kit import AggregatorProcess, private_plane, wait_for
+from aggregator_controller_kit import (
+    AggregatorProcess,
+    apply_objects,
+    private_plane,
+    ready_with_agents,
+    wait_for,
+)
 from controlplane.harness import ControlPlane
 from test_kai_topology import install_kai_topology_crd
 
-from agent.cluster_model import load_model
+from agent.cluster_model import load_model, parse_model
+from agent.model_probe import report_for
+from agent.report import node_topology_object
 from aggregator.kueue_topology import HOSTNAME_LABEL
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.render import domain_name
@@ -194,3 +202,35 @@ def _kai_topology(plane: ControlPlane) -> dict[str, Any] | None:
 def _replaced(plane: ControlPlane, old_uid: str) -> dict[str, Any] | None:
     live = _kai_topology(plane)
     return live if live is not None and live["metadata"]["uid"] != old_uid else None
+
+
+@pytest.mark.apiserver
+def test_live_a_recabled_node_moves_leaf_and_a_node_whose_report_goes_loses_its_label() -> None:
+    """Without a restart (the pipeline's incremental path): the agents' reports alone (LLDP, one
+    tier of leaves), one node recabled to the other leaf, another's NodeTopology deleted."""
+    small = MODELS / "small-tree.yaml"
+    model = load_model(str(small))
+    reports = {n: report_for(model, n) for n in model.nodes()}
+    recabled = parse_model({"switches": {"spine1": {"switches": ["leaf1", "leaf2"]}},
+                            "blocks": [{"switch": "leaf1", "nodes": ["node[01-03]"]},
+                                       {"switch": "leaf2", "nodes": ["node[04-08]"]}]})
+    with private_plane() as plane:
+        ready_with_agents(plane, [{"apiVersion": "v1", "kind": "Node",
+                                   "metadata": {"name": n, "labels": {"team": "ml"}}} for n in reports], reports)
+        flags = ["--kubeconfig", str(plane.kubeconfig), "--no-leader-election", "--hold-down", "0",
+                 "--debounce", "0.05", "--node-labels"]
+        agg = AggregatorProcess(plane, flags, name="moves")
+        want = {n: {"hypertopo.io/leaf": "leaf-leaf1" if n <= "node04" else "leaf-leaf2"} for n in reports}
+        wait_for(lambda: {n: _ours(_node(plane, n)) for n in reports} == want, timeout=60, what="the leaf labels")
+        versions = {n: _node(plane, n)["metadata"]["resourceVersion"] for n in reports}
+
+        apply_objects(plane, [node_topology_object(report_for(recabled, "node04"))])
+        wait_for(lambda: _ours(_node(plane, "node04")) == {"hypertopo.io/leaf": "leaf-leaf2"}, timeout=30,
+                 what="node04's new leaf label")
+        plane.kubectl("delete", "nodetopology", "node08")
+        wait_for(lambda: _ours(_node(plane, "node08")) == {}, timeout=30, what="node08's label removed")
+        assert _node(plane, "node08")["metadata"]["labels"]["team"] == "ml"
+        # no other Node was written: their labels and versions are as they were
+        others = [n for n in reports if n not in ("node04", "node08")]
+        assert {n: _node(plane, n)["metadata"]["resourceVersion"] for n in others} == {n: versions[n] for n in others}
+        assert agg.stop() == 0

@@ -4,11 +4,13 @@ tests/realnode/node.py), its agent a pod of the DaemonSet reporting that node.""
 
 from __future__ import annotations
 
+import grp
 import json
 import shutil
+import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,12 @@ import yaml
 from controlplane.harness import REPO, ControlPlaneError, build
 from realnode.node import NODE, RealNodeCluster, built, require_node_parts
 from realparts import missing
+from test_agent_lldpd_socket import readme_gid, readme_overlay, write_overlay
 from test_readme_lifecycle import install_lines, run_lines, shell, uninstall_lines
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.netns, pytest.mark.timeout(900)]
 AGENT_NS, SYSTEM_NS = "hypertopo-agent", "hypertopo-system"
+OWNED = "volcano.sh/network-topology-source=hypertopo"
 CLUSTER_KINDS = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                  "Namespace", "PriorityClass"}  # fmt: skip
 
@@ -112,6 +116,64 @@ for name in sys.argv[1:]:
     assert f"hypertopo-agent on node {NODE} may write only the NodeTopology named after its own node" in message
 
 
+def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s"
+        time.sleep(1)
+    return found
+
+
+def owned_hypernodes(cluster: RealNodeCluster) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(cluster, "hypernodes", "-l", OWNED)["items"]
+    return items
+
+
+def ready_condition(hypernode: dict[str, Any]) -> str:
+    conditions = (hypernode.get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), "")
+
+
+def test_the_readmes_lldpd_overlay_reads_the_nodes_lldpd_and_its_switch_becomes_a_leaf_hypernode(
+    cluster: RealNodeCluster, tmp_path: Path
+) -> None:
+    """The README's lldpd-socket overlay (its GID the node's `_lldpd`) on the kustomize install: the
+    agent, with the shipped securityContext, reads the node's lldpd, which hears the switch stand-in
+    `leaf-sw1` on eth1; the aggregator makes that switch a leaf HyperNode, Ready. A rollout restart
+    of the agents deletes no HyperNode (the same object, its watch sees no DELETED)."""
+    name, text = readme_overlay()
+    gid = grp.getgrnam("_lldpd").gr_gid
+    text = text.replace(f"value: {readme_gid(text)}", f"value: {gid}")
+    cluster.kubectl("apply", "-k", str(write_overlay(tmp_path, name, text)))
+    cluster.kubectl("rollout", "status", "-n", AGENT_NS, "daemonset/hypertopo-agent", "--timeout=180s", timeout=200)
+    neighbours = wait_for("leaf-sw1 in the node's report", lambda: [
+        n for n in (get_json(cluster, "ntopo", NODE)["spec"].get("lldp") or []) if n.get("systemName") == "leaf-sw1"
+    ], timeout=60)  # fmt: skip
+    assert neighbours[0].get("interface", "eth1") == "eth1", neighbours
+    leaf = wait_for("a Ready leaf HyperNode of leaf-sw1", lambda: [
+        h for h in owned_hypernodes(cluster) if "leaf-sw1" in json.dumps(h) and ready_condition(h) == "True"
+    ], timeout=60)[0]  # fmt: skip
+    print(f"\nleaf HyperNode {leaf['metadata']['name']}: {leaf['spec']}")
+    watch = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "get",
+                              "hypernodes", "-l", OWNED, "--watch", "--output-watch-events", "-o",
+                              "custom-columns=EVENT:.type,NAME:.object.metadata.name", "--no-headers"],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        time.sleep(2)
+        cluster.kubectl("rollout", "restart", "-n", AGENT_NS, "daemonset/hypertopo-agent")
+        cluster.kubectl("rollout", "status", "-n", AGENT_NS, "daemonset/hypertopo-agent", "--timeout=180s",
+                        timeout=200)  # fmt: skip
+        after = wait_for("the leaf Ready again after the restart", lambda: [
+            h for h in owned_hypernodes(cluster) if h["metadata"]["name"] == leaf["metadata"]["name"]
+            and ready_condition(h) == "True"], timeout=90)[0]  # fmt: skip
+        time.sleep(5)
+    finally:
+        watch.terminate()
+        events = watch.communicate(timeout=10)[0].split()
+    assert after["metadata"]["uid"] == leaf["metadata"]["uid"]
+    assert "DELETED" not in events, events
+
+
 def assert_uninstalled(cluster: RealNodeCluster, installed: list[dict[str, Any]]) -> None:
     """Every object the install made NotFound, no pod of it left on the node, no NodeTopology CRD
     (and so no report) and no HyperNode of hypertopo's."""
@@ -123,7 +185,7 @@ def assert_uninstalled(cluster: RealNodeCluster, installed: list[dict[str, Any]]
     assert not [name for name in left if name.startswith("hypertopo-")], left
     crd = cluster.kubectl("get", "crd", "nodetopologies.hypertopo.io", check=False)
     assert crd.returncode != 0 and "NotFound" in crd.stderr
-    assert get_json(cluster, "hypernodes", "-l", "volcano.sh/network-topology-source=hypertopo")["items"] == []
+    assert owned_hypernodes(cluster) == []
 
 
 def assert_running_and_reporting(cluster: RealNodeCluster) -> None:

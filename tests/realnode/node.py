@@ -7,7 +7,8 @@ Kubernetes modules). The node lives in a network namespace of its own, joined to
 veth pair (host 10.251.0.1, node 10.251.0.2): containerd, runc and the CNI bridge from Debian, and
 kubelet. One script starts containerd and kubelet in a mount namespace of their own, so they share
 it (kubelet's volume mounts are where containerd looks; the node's /sys is its own network's) and
-everything they mounted goes with it. Images are imported into containerd from podman (the image
+everything they mounted goes with it. The node runs lldpd too (its socket in the node's own
+/run/lldpd), and its eth1 is cabled to a switch stand-in: lldpd as `leaf-sw1` in a third namespace. Images are imported into containerd from podman (the image
 tests/image/build.sh builds from the Dockerfile, and pause from its C source): nothing is pulled.
 
 No kube-proxy runs: a DNAT rule in the node's namespace takes the `kubernetes` Service's address to
@@ -78,6 +79,7 @@ class RealNodeCluster(ControlPlane):
     images: tuple[str, ...] = ()
     netns: str = ""
     host_link: str = ""
+    switch_netns: str = ""
     node_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     # -- control plane ---------------------------------------------------------------------
@@ -139,11 +141,12 @@ class RealNodeCluster(ControlPlane):
         for args in (("link", "set", "lo", "up"), ("addr", "add", f"{NODE_IP}/{PREFIX}", "dev", "eth0"),
                      ("link", "set", "eth0", "up"), ("route", "add", "default", "via", HOST_IP)):  # fmt: skip
             ip("-n", self.netns, *args)
+        self._cable_switch()
         for chain in ("OUTPUT", "PREROUTING"):  # the `kubernetes` Service, where kube-proxy would DNAT it
             _run("ip", "netns", "exec", self.netns, "iptables", "-t", "nat", "-A", chain, "-d", SERVICE_IP,
                  "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", f"{HOST_IP}:{self.port}")  # fmt: skip
         node_dir = self.workdir / "node"
-        node_dir.mkdir()
+        node_dir.mkdir(mode=0o755)
         self._write_node_config(node_dir)
         log = open(self.workdir / "node.log", "wb")  # noqa: SIM115 - closed with the process
         self.node_processes.append(subprocess.Popen(
@@ -151,6 +154,28 @@ class RealNodeCluster(ControlPlane):
              "--", "bash", str(node_dir / "start.sh")], stdout=log,
             stderr=subprocess.STDOUT))  # fmt: skip
         self._wait_node_ready(node_dir, timeout=180)
+
+    def _cable_switch(self) -> None:
+        """A switch stand-in: lldpd as `leaf-sw1` in a namespace of its own, cabled to the node's eth1."""
+        self.switch_netns = f"htsw-{self.netns[-6:]}"
+        self.workdir.chmod(0o755)  # Debian's lldpcli (setuid _lldpd) reads the configs and sockets here
+        ip("netns", "add", self.switch_netns)
+        ip("link", "add", "swp1", "netns", self.switch_netns, "type", "veth", "peer", "name", "eth1", "netns",
+           self.netns)  # fmt: skip
+        for ns, link in ((self.switch_netns, "lo"), (self.switch_netns, "swp1"), (self.netns, "eth1")):
+            ip("-n", ns, "link", "set", link, "up")
+        (self.workdir / "switch").mkdir(mode=0o755)
+        (self.workdir / "switch.conf").write_text("configure system hostname leaf-sw1\n"
+                                                  "configure system capabilities enabled bridge\n"
+                                                  "configure lldp tx-interval 1\n")  # fmt: skip
+        log = open(self.workdir / "switch.log", "wb")  # noqa: SIM115 - closed with the process
+        self.node_processes.append(subprocess.Popen(
+            ["ip", "netns", "exec", self.switch_netns, "lldpd", "-d", "-u", str(self.workdir / "switch/lldpd.socket"),
+             "-O", str(self.workdir / "switch.conf")], stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
+
+    def cable(self, up: bool) -> None:
+        """Plug or cut the switch's end of the node's eth1."""
+        ip("-n", self.switch_netns, "link", "set", "swp1", "up" if up else "down")
 
     def _write_node_config(self, node_dir: Path) -> None:
         sock = node_dir / "containerd.sock"
@@ -213,6 +238,10 @@ mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
 while read -r source dir type options _; do
   mkdir -p "$dir" && mount -t "$type" -o "$options" "$source" "$dir"
 done < {node_dir / 'cgroups'}
+# the node's own lldpd, its socket where Debian's lldpd with `-u /run/lldpd/lldpd.socket` has it
+mkdir -p /run/lldpd && mount -t tmpfs -o mode=755 lldpd /run/lldpd
+printf 'configure system hostname {NODE}\\nconfigure lldp tx-interval 1\\n' > {node_dir / 'lldpd.conf'}
+lldpd -d -u /run/lldpd/lldpd.socket -I eth1 -O {node_dir / 'lldpd.conf'} > {self.workdir / 'lldpd.log'} 2>&1 &
 containerd --config {node_dir / 'containerd.toml'} > {self.workdir / 'containerd.log'} 2>&1 &
 for _ in $(seq 300); do [ -S {sock} ] && break; sleep 0.1; done
 for archive in {' '.join(str(node_dir / f'image-{i}.tar') for i in range(len(self.images)))}; do
@@ -259,6 +288,8 @@ exec {self.node_bin / 'kubelet'} --config={node_dir / 'kubelet.yaml'} --kubeconf
                 time.sleep(0.5)
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
             subprocess.run(["ip", "link", "del", self.host_link], capture_output=True, check=False)
+        if self.switch_netns:
+            subprocess.run(["ip", "netns", "del", self.switch_netns], capture_output=True, check=False)
         super().stop()
 
 

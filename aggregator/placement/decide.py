@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import core, degraded, nested, ranks, subgroups, volcano
+from aggregator.placement import core, degraded, nested, ranks, spares, subgroups, volcano
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec, Unplaceable, limits_from_annotations
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.resources import Resources, pod_request
@@ -31,6 +31,8 @@ class Decision:
     placement: Placement | None
     reason: str = ""
     warning: str = ""  # a placed gang's limit that could not be applied (soft mode, unknown tier name)
+    spares: tuple[str, ...] | None = None  # the gang's reserved spares after this decision (None: none asked)
+    reclaim: tuple[PodKey, ...] = ()  # preemptible pods to evict so that the gang's spares take it
 
     @property
     def ok(self) -> bool:
@@ -153,22 +155,41 @@ def decide(
     excluded_domains: frozenset[str] = frozenset(),
     filter_cache: dict[Any, dict[str, str]] | None = None,
     degraded_nodes: frozenset[str] = frozenset(),
+    reserved: spares.Reservations | None = None,
+    default_spares: str = "",
 ) -> Decision:
     """Places the gang's pending pods on the scheduler's view of free capacity (assumed pods count);
-    of equally good placements, one without `degraded_nodes` (`degraded.prefer_healthy`)."""
+    of equally good placements, one without `degraded_nodes` (`degraded.prefer_healthy`).
+    `reserved`: every gang's spares (`spares`): others' are off limits unless the pods are
+    preemptible, the gang's own take its re-placed pods first."""
     excluded = filter_nodes(state, view.pending, filter_cache)
+    reserved = reserved or {}
+    _exclude_reserved(excluded, view, reserved)
     blocked_nodes = frozenset(excluded)
     anchors = {k: n for k, n in view.placed.items() if n not in blocked_nodes and _domain_ok(topology, n, excluded_domains)}
     gang = core_gang(view, anchors, state.request_of, state.vc_jobs)
     try:
         policies = subgroup_policies(view)
-    except subgroups.SubGroupError as exc:
-        return Decision(view, {}, None, reason=f"invalid sub-group policy: {exc}")
+        count = spares.parse_request(view.annotations.get(spares.SPARE_REQUEST, default_spares),
+                                     max(view.min_member, len(view.members))) if view.is_group else 0
+    except (subgroups.SubGroupError, spares.SpareRequestError) as exc:
+        return Decision(view, {}, None, reason=f"invalid {'sub-group policy' if isinstance(exc, subgroups.SubGroupError) else 'spare request'}: {exc}")
+    own = reserved.get(view.key, ())
+    if anchors and own:
+        early = _to_spares(state, topology, view, gang, own, blocked_nodes)
+        if early is not None:
+            return early
+    chosen: dict[int, tuple[str, ...]] = {}
 
     def attempt(blocked: frozenset[str]) -> Placement:
         def place(asked: Gang) -> Placement:
             if policies:
                 return _place_subgroups(topology, state, view, asked, policies, anchors, blocked, excluded_domains)
+            if count and not anchors:
+                found, nodes = spares.place(topology, state.free_index(topology), asked, count, excluded_nodes=blocked,
+                                            excluded_domains=excluded_domains)
+                chosen[id(found)] = nodes
+                return found
             return core.place(topology, state.free_index(topology), asked, excluded_nodes=blocked,
                               excluded_domains=excluded_domains)
 
@@ -178,10 +199,43 @@ def decide(
     placement = degraded.prefer_healthy(attempt(blocked_nodes), levels, lambda avoid: attempt(blocked_nodes | avoid))
     if placement.ok and placement.assignments:
         by_name = {_spec_name(pod_key(p)): pod_key(p) for p in view.pending}
+        kept = chosen.get(id(placement)) if count and not anchors else (spares.remaining(own, placement.assignments.values()) if own else None)
         return Decision(view, {by_name[name]: node for name, node in placement.assignments.items()}, placement,
-                        warning=ignored_limits(topology, view, policies))
+                        warning=ignored_limits(topology, view, policies), spares=kept)
     message = placement.failure.message if placement.failure else "no node fits"
     return Decision(view, {}, placement, reason=_kube_style(len(state.nodes), excluded, message))
+
+
+def _exclude_reserved(excluded: dict[str, str], view: GangView, reserved: spares.Reservations) -> None:
+    """Other gangs' spares are off limits, except to preemptible pods (evicted when needed)."""
+    if not all(spares.is_preemptible(p) for p in view.pending):
+        for node in spares.others(reserved, view.key):
+            excluded.setdefault(node, "node(s) were reserved as another gang's spares")
+
+
+def _to_spares(state: ClusterState, topology: Topology, view: GangView, gang: Gang, own: tuple[str, ...],
+               blocked: frozenset[str]) -> Decision | None:
+    """A re-placement onto the gang's own free spares (`spares.to_spares`), or the preemptible pods
+    to evict there first; None when the spares cannot take it (the gang is placed as usual)."""
+    borrowed: dict[str, Resources] = {}
+    victims: dict[str, list[PodKey]] = {}
+    for node in own:
+        for key in state.on_node.get(node, ()):
+            pod = state.pods.get(key)
+            if pod is not None and spares.is_preemptible(pod):
+                borrowed[node] = borrowed.get(node, Resources()) + state.request_of(pod)
+                victims.setdefault(node, []).append(key)
+    placement, reclaim = spares.to_spares(topology, state.free(own), gang, own, excluded_nodes=blocked,
+                                          reclaimable=borrowed)
+    if reclaim:
+        pods = tuple(k for node in reclaim for k in victims.get(node, ()))
+        return Decision(view, {}, None, reason=f"gang {view.key[1]}: waiting for preemptible pods to leave its spare "
+                        f"node(s) {', '.join(reclaim)}", spares=own, reclaim=pods)
+    if placement is None:
+        return None
+    by_name = {_spec_name(pod_key(p)): pod_key(p) for p in view.pending}
+    return Decision(view, {by_name[name]: node for name, node in placement.assignments.items()}, placement,
+                    spares=spares.remaining(own, placement.assignments.values()))
 
 
 def _place_subgroups(topology: Topology, state: ClusterState, view: GangView, gang: Gang,

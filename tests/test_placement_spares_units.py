@@ -1,0 +1,239 @@
+"""Warm spares (issue 25.1), without an API server: the request's bounds, placement only where the
+gang's lowest domain also holds its spares, reserved spares kept from other gangs (but lent to
+preemptible pods), re-placed pods going to the spares first, and spares released when the gang ends.
+
+Nodes have 8 GPUs; gang pods ask 8 GPUs, so one pod fills one node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aggregator.placement import podgroups, spares
+from aggregator.placement.decide import decide
+from aggregator.placement.gang import Gang, PodSpec
+from aggregator.placement.resources import Resources
+from aggregator.placement.state import FABRIC_TAINT, ClusterState
+from aggregator.placement.topology import Topology, build
+
+SCHED = "hypertopo-scheduler"
+
+
+def hn(name: str, tier: int, nodes: tuple[str, ...] = (), kids: tuple[str, ...] = ()) -> dict[str, Any]:
+    members = [{"type": "Node", "selector": {"exactMatch": {"name": n}}} for n in nodes]
+    members += [{"type": "HyperNode", "selector": {"exactMatch": {"name": k}}} for k in kids]
+    return {"metadata": {"name": name}, "spec": {"tier": tier, "members": members}}
+
+
+# spine: leaf-a (a1..a4), leaf-b (b1..b3)
+TREE = [hn("leaf-a", 1, ("a1", "a2", "a3", "a4")), hn("leaf-b", 1, ("b1", "b2", "b3")),
+        hn("spine", 2, kids=("leaf-a", "leaf-b"))]
+NODES = ("a1", "a2", "a3", "a4", "b1", "b2", "b3")
+
+
+def node(name: str, taint: bool = False) -> dict[str, Any]:
+    amounts = {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"}
+    taints = [{"key": FABRIC_TAINT, "effect": "NoSchedule"}] if taint else []
+    return {"metadata": {"name": name, "labels": {}}, "spec": {"taints": taints}, "status": {"allocatable": amounts}}
+
+
+def pod(name: str, gang: str, node_name: str = "", *, preemptible: bool = False) -> dict[str, Any]:
+    labels = {"scheduling.x-k8s.io/pod-group": gang}
+    if preemptible:
+        labels[spares.PREEMPTIBLE_LABEL] = "true"
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels,
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"schedulerName": SCHED, "nodeName": node_name or None,
+                     "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Running" if node_name else "Pending"}}
+
+
+def group(name: str, min_member: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "annotations": annotations or {}},
+            "spec": {"minMember": min_member}}
+
+
+def cluster(*objects: tuple[str, dict[str, Any]], tainted: tuple[str, ...] = ()) -> tuple[ClusterState, Topology]:
+    state = ClusterState(SCHED)
+    for name in NODES:
+        state.apply("Node", "ADDED", node(name, name in tainted))
+    for kind, obj in objects:
+        state.apply(kind, "ADDED", obj)
+    return state, build(TREE)
+
+
+def view(state: ClusterState, name: str) -> podgroups.GangView:
+    found = podgroups.view_of(state, ("ns", name))
+    assert found is not None
+    return found
+
+
+def placed_nodes(decision: Any) -> set[str]:
+    return set(decision.assignments.values())
+
+
+# -- the request ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("raw", "members", "count"), [
+    ("", 8, 0), (None, 8, 0), ("2", 8, 2), (" 1 ", 3, 1), ("0", 8, 0),
+    ("10%", 4, 1),  # 0.4 rounded up: a percentage that asks anything asks at least one node
+    ("25%", 8, 2), ("0%", 8, 0), ("100%", 3, 3),
+])
+def test_a_spare_request_is_a_count_or_a_percentage_of_the_members_rounded_up(raw: str | None, members: int,
+                                                                               count: int) -> None:
+    assert spares.parse_request(raw, members) == count
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    ("lots", "neither a node count nor a percentage"), ("-1", "neither"), ("1.5", "neither"),
+    ("150%", "from 0% to 100%"), ("x%", "from 0% to 100%"), ("65", "at most 64"),
+    ("1" * 40, "longer than 8 characters"),
+])
+def test_a_bad_spare_request_is_refused_with_the_annotation_named(raw: str, words: str) -> None:
+    with pytest.raises(spares.SpareRequestError) as caught:
+        spares.parse_request(raw, 8)
+    assert spares.SPARE_REQUEST in str(caught.value) and words in str(caught.value)
+
+
+def test_a_bad_spare_request_makes_the_gang_unschedulable_with_a_clear_reason() -> None:
+    state, topo = cluster(("PodGroup", group("g", 1, {spares.SPARE_REQUEST: "lots"})), ("Pod", pod("g-0", "g")))
+    decision = decide(state, topo, view(state, "g"))
+    assert not decision.ok
+    assert decision.reason.startswith("invalid spare request: hypertopo.io/spare-nodes: 'lots'")
+
+
+def test_a_reserved_annotation_that_is_not_a_bounded_list_of_names_reserves_nothing() -> None:
+    assert spares.parse_reserved('["a1","a4"]') == ("a1", "a4")
+    assert spares.parse_reserved("a1,a4") == ()
+    assert spares.parse_reserved('{"a1": 1}') == ()
+    assert spares.parse_reserved("[" + ",".join('"n"' for _ in range(65)) + "]") == ()
+    assert spares.parse_reserved('["ok", 3, ""]') == ("ok",)
+
+
+# -- placement with spares -----------------------------------------------------------------------
+
+def core_gang(pods: int) -> Gang:
+    return Gang("g", tuple(PodSpec(f"p{i}", Resources(8, 1000, 2**30, 1)) for i in range(pods)))
+
+
+def free_nodes(*busy: str) -> dict[str, Resources]:
+    return {n: Resources(0 if n in busy else 8, 64_000, 512 * 2**30, 110) for n in NODES}
+
+
+def test_a_gang_with_spares_goes_only_where_its_leaf_also_holds_the_spares() -> None:
+    topo = build(TREE)
+    # without spares best fit picks leaf-b (3 nodes for 3 pods, nothing left over)
+    placement, chosen = spares.place(topo, free_nodes(), core_gang(3), 0)
+    assert placement.domain == "leaf-b" and chosen == ()
+    # with one spare leaf-b (3 nodes) cannot hold 3 + 1: leaf-a (4 nodes) can
+    placement, chosen = spares.place(topo, free_nodes(), core_gang(3), 1)
+    assert placement.domain == "leaf-a" and placement.tier == 1
+    assert len(chosen) == 1 and chosen[0].startswith("a")
+    assert chosen[0] not in set(placement.assignments.values())
+    assert len(set(placement.assignments.values())) == 3
+
+
+def test_when_no_leaf_holds_gang_and_spares_they_share_the_lowest_domain_that_does() -> None:
+    topo = build(TREE)
+    placement, chosen = spares.place(topo, free_nodes(), core_gang(4), 1)  # 5 nodes: only the spine
+    assert placement.ok and placement.domain == "leaf-a"  # the gang's own nodes fill leaf-a
+    assert chosen and chosen[0].startswith("b")  # the spare: in the spine, the lowest domain of gang + spare
+    assert len(set(placement.assignments.values()) | set(chosen)) == 5
+
+
+def test_a_gang_whose_spares_fit_nowhere_is_not_placed_and_says_why() -> None:
+    topo = build(TREE)
+    placement, chosen = spares.place(topo, free_nodes("a1", "a2", "b1"), core_gang(3), 2)  # 4 free, 5 asked
+    assert not placement.ok and chosen == ()
+    assert placement.failure is not None and "its 2 spare node(s)" in placement.failure.message
+
+
+# -- reservations in decisions -------------------------------------------------------------------
+
+def test_a_placed_gang_reports_the_spares_it_reserves() -> None:
+    state, topo = cluster(("PodGroup", group("g", 3, {spares.SPARE_REQUEST: "1"})),
+                          *(("Pod", pod(f"g-{i}", "g")) for i in range(3)))
+    decision = decide(state, topo, view(state, "g"))
+    assert decision.ok and decision.placement is not None and decision.placement.domain == "leaf-a"
+    assert decision.spares is not None and len(decision.spares) == 1
+    assert decision.spares[0] in {"a1", "a2", "a3", "a4"} - placed_nodes(decision)
+
+
+def test_reserved_spares_are_not_given_to_another_gang() -> None:
+    # g runs on a1..a3 with spare a4; b1..b3 are busy: the only free node is g's spare
+    running = [("Pod", pod(f"g-{i}", "g", f"a{i + 1}")) for i in range(3)]
+    busy = [("Pod", pod(f"x-{i}", "x", f"b{i + 1}")) for i in range(3)]
+    state, topo = cluster(("PodGroup", group("g", 3)), ("PodGroup", group("x", 3)), ("PodGroup", group("o", 1)),
+                          *running, *busy, ("Pod", pod("o-0", "o")))
+    reserved = {("ns", "g"): ("a4",)}
+    assert decide(state, topo, view(state, "o")).assignments  # sanity: a4 is free to anyone without the reservation
+    refused = decide(state, topo, view(state, "o"), reserved=reserved)
+    assert not refused.ok and "1 node(s) were reserved as another gang's spares" in refused.reason
+
+
+def test_a_preemptible_pod_may_borrow_a_reserved_spare() -> None:
+    running = [("Pod", pod(f"g-{i}", "g", f"a{i + 1}")) for i in range(3)]
+    busy = [("Pod", pod(f"x-{i}", "x", f"b{i + 1}")) for i in range(3)]
+    state, topo = cluster(("PodGroup", group("g", 3)), ("PodGroup", group("x", 3)), ("PodGroup", group("o", 1)),
+                          *running, *busy, ("Pod", pod("o-0", "o", preemptible=True)))
+    decision = decide(state, topo, view(state, "o"), reserved={("ns", "g"): ("a4",)})
+    assert placed_nodes(decision) == {"a4"}
+
+
+def test_a_negative_priority_counts_as_preemptible() -> None:
+    assert spares.is_preemptible({"spec": {"priority": -1}})
+    assert not spares.is_preemptible({"spec": {"priority": 0}})
+    assert not spares.is_preemptible({"metadata": {"labels": {spares.PREEMPTIBLE_LABEL: "no"}}})
+
+
+def test_a_replacement_goes_to_the_gangs_spare_in_the_same_leaf_and_the_tier_stays() -> None:
+    # g ran on a1..a3 with spare a4; a1 failed (tainted), its pod g-0 was recreated and is pending.
+    # leaf-b is empty, so without the spare the best-fit core would have room elsewhere too.
+    running = [("Pod", pod(f"g-{i}", "g", f"a{i + 1}")) for i in (1, 2)]
+    state, topo = cluster(("PodGroup", group("g", 3)), *running, ("Pod", pod("g-0", "g")), tainted=("a1",))
+    decision = decide(state, topo, view(state, "g"), reserved={("ns", "g"): ("a4",)})
+    assert decision.assignments == {("ns", "g-0"): "a4"}
+    assert decision.placement is not None and decision.placement.tier == 1 and decision.placement.domain == "leaf-a"
+    assert decision.spares == ()  # the spare now holds a member: none left
+
+
+def test_the_tier_does_not_rise_while_a_spare_is_free_even_when_the_leaf_is_otherwise_full() -> None:
+    # leaf-a: g on a2, a3; other work on a1 (failed node's pod moved off... a1 now busy with x);
+    # spare a4 is the leaf's last free node. Another gang asked first: it must not take a4.
+    state, topo = cluster(("PodGroup", group("g", 3)), ("PodGroup", group("x", 1)), ("PodGroup", group("y", 1)),
+                          ("Pod", pod("g-1", "g", "a2")), ("Pod", pod("g-2", "g", "a3")),
+                          ("Pod", pod("x-0", "x", "a1")), ("Pod", pod("y-0", "y")), ("Pod", pod("g-0", "g")))
+    reserved = {("ns", "g"): ("a4",)}
+    other = decide(state, topo, view(state, "y"), reserved=reserved)
+    assert placed_nodes(other) <= {"b1", "b2", "b3"}
+    mine = decide(state, topo, view(state, "g"), reserved=reserved)
+    assert mine.assignments == {("ns", "g-0"): "a4"}
+    assert mine.placement is not None and mine.placement.tier == 1
+
+
+def test_a_spare_borrowed_by_preemptible_work_is_reclaimed_first_when_needed() -> None:
+    running = [("Pod", pod(f"g-{i}", "g", f"a{i + 1}")) for i in (1, 2)]
+    state, topo = cluster(("PodGroup", group("g", 3)), ("PodGroup", group("o", 1)), *running,
+                          ("Pod", pod("o-0", "o", "a4", preemptible=True)), ("Pod", pod("g-0", "g")),
+                          *(("Pod", pod(f"x-{i}", "x", f"b{i + 1}")) for i in range(3)), tainted=("a1",))
+    decision = decide(state, topo, view(state, "g"), reserved={("ns", "g"): ("a4",)})
+    assert not decision.ok
+    assert decision.reclaim == (("ns", "o-0"),)
+    assert "waiting for preemptible pods to leave its spare node(s) a4" in decision.reason
+
+
+def test_spares_are_released_when_the_gang_ends() -> None:
+    live = group("g", 3, {spares.RESERVED: '["a4"]'})
+    done = {**group("h", 3, {spares.RESERVED: '["b3"]'}), "status": {"phase": "Completed"}}
+    found = spares.reservations([(("ns", "g"), live), (("ns", "h"), done)], {})
+    assert found == {("ns", "g"): ("a4",)}  # h completed: b3 is free for anyone
+    assert spares.reservations([], {}) == {}  # g's PodGroup deleted: nothing reserved
+    # what this scheduler just decided counts before its annotation is seen back
+    assert spares.reservations([(("ns", "g"), live)], {("ns", "g"): ("a3",)}) == {("ns", "g"): ("a3",)}
+    assert spares.reservations([(("ns", "g"), live)], {("ns", "g"): ()}) == {}  # every spare used
+
+
+def test_a_used_or_failed_spare_is_no_longer_a_spare() -> None:
+    assert spares.remaining(("a3", "a4", "b1"), used=["a4"], failed=["b1"]) == ("a3",)
+    assert spares.annotation(["b1", "a4", "a4"]) == '["a4","b1"]'

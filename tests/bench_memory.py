@@ -1,6 +1,6 @@
 """Memory per node of the aggregator and the scheduler, this tree's code beside an older commit's.
 
-    python tests/bench_memory.py [--inprocess 5000 20000] [--old-commit REV]
+    python tests/bench_memory.py [--inprocess 5000 20000] [--live 5000] [--old-commit REV]
 
 Objects are sized as in a real cluster: each Node as a kubelet and node-feature-discovery leave it
 (60 images, 30 labels, conditions with heartbeats, nodeInfo, kubelet-like managedFields), each NodeTopology the report of an 8-GPU, 8-HCA HGX
@@ -13,9 +13,10 @@ Pods per node (what the scheduler watches besides).
   process of its own; the aggregator runs one full cycle (a standby: it computes, does not write)
   and the scheduler drains its informers; then RSS is read. The old code runs from `git archive`
   of `--old-commit` (default: the commit before slim records) under PYTHONPATH.
-Not yet here: the same rows live against a real API server (two aggregator replicas and a
-scheduler as processes); the stand-in serves the same objects the same way, so the informers,
-stores and pipeline measured are the live ones, less the HTTP client's buffers.
+* live (`--live`, tests/bench_memory_live.py): a real etcd + kube-apiserver holds the same objects
+  (managedFields the API server's own); two aggregator replicas (leader, standby) and a scheduler
+  run as processes, old and new side by side, each pair with its own Lease; RSS once they are
+  ready and have settled (no base there: whole-process RSS).
 
 Printed per row: RSS in MB, the RSS of the same process before its informers started
 (interpreter and imports), and MB per 1,000 nodes both as RSS/nodes and as (RSS - base)/nodes.
@@ -138,7 +139,8 @@ def pod_object(i: int, k: int, *, managed: bool) -> dict[str, Any]:
                                     "fieldsV1": {"f:status": {"f:conditions": {}, "f:containerStatuses": {}}}}]}
     container = {"name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": ["torchrun"],
                  "args": ["--nproc-per-node=8", "train.py"], "env": [{"name": f"E{e}", "value": "v"} for e in range(15)],
-                 "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}},
+                 "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"},
+                               "limits": {"nvidia.com/gpu": "4"}} if k else {"requests": {"cpu": "50m"}},
                  "volumeMounts": [{"name": f"v{v}", "mountPath": f"/m{v}"} for v in range(5)]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"nodeName": node_name(i), "containers": [container], "schedulerName": "default-scheduler",
@@ -255,8 +257,8 @@ def _code_dirs(old_commit: str) -> dict[str, str]:
 
 
 def _row(what: str, nodes: int, code: str, rss: float, base: float, extra: str = "") -> None:
-    print(f"{what:<28} {code:<4} {nodes:>7} nodes  RSS {rss:8.1f} MB  base {base:6.1f} MB  "
-          f"{rss / nodes * 1000:6.1f} MB/1000  ({(rss - base) / nodes * 1000:5.1f} MB/1000 above base) {extra}",
+    above = f"base {base:6.1f} MB  ({(rss - base) / nodes * 1000:5.1f} MB/1000 above base)" if base else ""
+    print(f"{what:<28} {code:<4} {nodes:>7} nodes  RSS {rss:8.1f} MB  {rss / nodes * 1000:6.1f} MB/1000  {above} {extra}",
           flush=True)
 
 
@@ -278,6 +280,7 @@ def run_inprocess(sizes: list[int], dirs: dict[str, str]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inprocess", type=int, nargs="*", default=[5000])
+    parser.add_argument("--live", type=int, nargs="*", default=[])
     parser.add_argument("--old-commit", default=OLD_COMMIT)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -287,6 +290,10 @@ def main() -> int:
     dirs = _code_dirs(args.old_commit)
     if args.inprocess:
         run_inprocess(args.inprocess, dirs)
+    if args.live:
+        from bench_memory_live import run_live
+
+        run_live(args.live, dirs)
     return 0
 
 

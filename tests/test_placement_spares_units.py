@@ -226,12 +226,12 @@ def test_a_spare_borrowed_by_preemptible_work_is_reclaimed_first_when_needed() -
 def test_spares_are_released_when_the_gang_ends() -> None:
     live = group("g", 3, {spares.RESERVED: '["a4"]'})
     done = {**group("h", 3, {spares.RESERVED: '["b3"]'}), "status": {"phase": "Completed"}}
-    found = spares.reservations([(("ns", "g"), live), (("ns", "h"), done)], {})
+    found = spares.reservations({("ns", "g"): live, ("ns", "h"): done}, {})
     assert found == {("ns", "g"): ("a4",)}  # h completed: b3 is free for anyone
-    assert spares.reservations([], {}) == {}  # g's PodGroup deleted: nothing reserved
+    assert spares.reservations({}, {("ns", "g"): ("a4",)}) == {}  # g's PodGroup deleted: nothing reserved
     # what this scheduler just decided counts before its annotation is seen back
-    assert spares.reservations([(("ns", "g"), live)], {("ns", "g"): ("a3",)}) == {("ns", "g"): ("a3",)}
-    assert spares.reservations([(("ns", "g"), live)], {("ns", "g"): ()}) == {}  # every spare used
+    assert spares.reservations({("ns", "g"): live}, {("ns", "g"): ("a3",)}) == {("ns", "g"): ("a3",)}
+    assert spares.reservations({("ns", "g"): live}, {("ns", "g"): ()}) == {}  # every spare used
 
 
 def test_a_used_or_failed_spare_is_no_longer_a_spare() -> None:

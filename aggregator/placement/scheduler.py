@@ -45,7 +45,7 @@ from prometheus_client import CollectorRegistry
 from agent.adapters.endpoints import serve
 from agent.command_line import CommandParser
 from aggregator import slim
-from aggregator.placement import degraded, hostfile, podgroups, ranks, rescheduler, topology, volcano
+from aggregator.placement import degraded, hostfile, podgroups, ranks, rescheduler, spares, topology, volcano
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
 from aggregator.placement.breaker import BreakerPolicy
@@ -84,6 +84,7 @@ class Options:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)  # fault-storm breaker (breaker.py)
     namespace: str = "hypertopo-system"  # of the breaker's ConfigMap (the Lease's namespace)
     health_sweep_seconds: float = 60.0  # every tracked gang's health and whole-time ratio looked at again
+    spare_defaults: Mapping[str, str] = field(default_factory=dict)  # namespace -> hypertopo.io/spare-nodes default
 
 
 class Scheduler:
@@ -147,6 +148,11 @@ class Scheduler:
         self._restarted: dict[PodKey, float] = {}  # Volcano Job -> when we asked Volcano to restart it
         self._filter_cache: dict[Any, dict[str, str]] = {}
         self._unfit: dict[PodKey, tuple[tuple[Any, ...], float]] = {}  # gang -> (why it did not fit, when)
+        # warm spares (spares.py): what this scheduler decided, and every live gang's, derived again
+        # from the PodGroups' hypertopo.io/spares annotations whenever a PodGroup changed
+        self._fresh_spares: dict[PodKey, tuple[str, ...]] = {}
+        self._reserved: dict[PodKey, tuple[str, ...]] = {}
+        self._spares_stale = True
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _sink(self, kind: str) -> Callable[[str, Any], None]:
@@ -218,6 +224,7 @@ class Scheduler:
         if what == "watch":
             kind, event, obj = payload
             self.gang_watch.touch(kind, event, obj)
+            self._spares_stale = self._spares_stale or kind in ("PodGroup", "VolcanoPodGroup")
             if event == "SYNC":
                 self.state.resync(kind, obj)
             elif event == "ABSENT":  # the kind's CRD is not installed
@@ -331,6 +338,10 @@ class Scheduler:
 
     # -- scheduling ---------------------------------------------------------------------------
     def _schedule(self, excluded_domains: frozenset[str], now: float) -> None:
+        if self._spares_stale:
+            self._spares_stale = False
+            self._reserved = spares.reservations({**self.state.podgroups, **self.state.vc_podgroups}, self._fresh_spares)
+            self._fresh_spares = {k: v for k, v in self._fresh_spares.items() if k in self._reserved}
         seen = set()
         for view in podgroups.collect(self.state):
             seen.add(view.key)
@@ -366,7 +377,12 @@ class Scheduler:
             return  # it did not fit, and nothing has freed capacity or changed it since
         started = time.perf_counter()
         decision = decide(self.state, self._topology, view, excluded_domains=excluded_domains,
-                          filter_cache=self._filter_cache, degraded_nodes=self._degraded_nodes)
+                          filter_cache=self._filter_cache, degraded_nodes=self._degraded_nodes,
+                          reserved=self._reserved, default_spares=self._spare_default(view.key[0]))
+        if decision.spares is not None:
+            self._keep_spares(view, decision.spares)
+        for victim in decision.reclaim:  # preemptible pods on the gang's spares: evicted first
+            self._reclaim(victim, view)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.ok:
             self._unfit.pop(view.key, None)
@@ -377,6 +393,34 @@ class Scheduler:
         else:
             self._unfit[view.key] = (basis, now)
             self._unschedulable(view, decision.reason)
+
+    def _spare_default(self, namespace: str) -> str:
+        defaults = self.options.spare_defaults
+        return defaults.get(namespace, defaults.get("*", ""))
+
+    def _keep_spares(self, view: GangView, nodes: tuple[str, ...]) -> None:
+        """The gang's spares, in memory at once (the next decision sees them) and on its PodGroup
+        (`spares.RESERVED`), so a restarted scheduler keeps the same reservations."""
+        if view.podgroup is None:
+            return
+        self._fresh_spares[view.key] = nodes
+        if nodes:
+            self._reserved[view.key] = nodes
+        else:
+            self._reserved.pop(view.key, None)
+        current = ((view.podgroup.get("metadata") or {}).get("annotations") or {}).get(spares.RESERVED)
+        if current != (value := spares.annotation(nodes)):
+            self.status.annotate(view.flavour, view.key, {spares.RESERVED: value})
+
+    def _reclaim(self, key: PodKey, view: GangView) -> None:
+        pod = self.state.pods.get(key)
+        node = self.state.node_of(key)
+        if pod is None or node is None:
+            return
+        eviction = Eviction(key, str(pod["metadata"].get("uid", "")), node, view.key, "spare-reclaim",
+                            f"node {node} is a spare of gang {view.key[1]}, which needs it")
+        if self.evictions.offer(eviction):
+            log.info("evicting preemptible %s/%s from spare %s of gang %s/%s", *key, node, *view.key)
 
     def _unfit_basis(self, view: GangView, excluded_domains: frozenset[str]) -> tuple[Any, ...]:
         """What a gang's failure to fit followed from. Binds only take capacity away, so while
@@ -534,6 +578,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--health-sweep", type=float, default=d.health_sweep_seconds,
                         help="seconds between looks at every tracked gang's FabricHealthy condition and whole-time "
                              f"ratio besides those its changes trigger (default {d.health_sweep_seconds:.0f})")
+    parser.add_argument("--spare-nodes-default", action="append", default=[], metavar="NAMESPACE=N|P%",
+                        help="hypertopo.io/spare-nodes for the gangs of NAMESPACE that do not say (repeatable; "
+                             "`*` for every namespace)")
     parser.add_argument("--resync", type=float, default=d.resync_seconds, help="retry unschedulable gangs every N seconds")
     parser.add_argument("--remediate-only", action="store_true",
                         help="only act on fabric faults (evictions, Volcano RestartJob) for gangs that opted in with "
@@ -552,10 +599,26 @@ def options_from(args: argparse.Namespace) -> Options:
                    unknown_grace_seconds=args.unknown_grace, resync_seconds=args.resync,
                    degraded_restart_seconds=args.degraded_restart_after,
                    remediate_only=args.remediate_only, namespace=args.namespace,
-                   health_sweep_seconds=args.health_sweep,
+                   health_sweep_seconds=args.health_sweep, spare_defaults=spare_defaults(args.spare_nodes_default),
                    breaker=BreakerPolicy(enabled=not args.no_breaker, window_seconds=args.breaker_window,
                                          hold_seconds=args.breaker_hold, fraction=args.breaker_fraction,
                                          threshold_nodes=args.breaker_threshold, settle_seconds=args.breaker_settle))
+
+
+def spare_defaults(items: list[str]) -> dict[str, str]:
+    """`--spare-nodes-default NAMESPACE=VALUE` items -> namespace -> value (`*` is every namespace
+    not named); a bad item is a one-line SystemExit naming the flag."""
+    out: dict[str, str] = {}
+    for item in items[:1000]:
+        namespace, _, value = item.partition("=")
+        try:
+            spares.parse_request(value, 100)
+        except spares.SpareRequestError as exc:
+            raise SystemExit(f"--spare-nodes-default {item[:80]!r}: {exc}") from None
+        if not namespace or not value:
+            raise SystemExit(f"--spare-nodes-default {item[:80]!r}: expected NAMESPACE=N or NAMESPACE=P%")
+        out[namespace] = value
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

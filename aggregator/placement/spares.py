@@ -101,17 +101,21 @@ def ended(podgroup: Mapping[str, Any] | None) -> bool:
     return podgroup is None or (podgroup.get("status") or {}).get("phase") in ENDED_PHASES
 
 
-def reservations(podgroups: Iterable[tuple[tuple[str, str], Mapping[str, Any]]],
+def reservations(podgroups: Mapping[tuple[str, str], Mapping[str, Any]],
                  fresh: Reservations) -> dict[tuple[str, str], tuple[str, ...]]:
     """Every live gang's reserved nodes: what the PodGroups say (so a restart keeps them), with
-    `fresh` (decided here, annotation not seen back yet) taking precedence."""
+    `fresh` (decided here, annotation not seen back yet) taking precedence. A gang whose PodGroup
+    is gone or has ended holds nothing, whatever was decided for it."""
     out: dict[tuple[str, str], tuple[str, ...]] = {}
-    for key, group in podgroups:
-        nodes = parse_reserved(((group.get("metadata") or {}).get("annotations") or {}).get(RESERVED))
-        if nodes and not ended(group):
+    for key, group in podgroups.items():
+        if ended(group):
+            continue
+        nodes = fresh.get(key)
+        if nodes is None:
+            nodes = parse_reserved(((group.get("metadata") or {}).get("annotations") or {}).get(RESERVED))
+        if nodes:
             out[key] = nodes
-    out.update({k: v for k, v in fresh.items() if v or k in out})
-    return {k: v for k, v in out.items() if v}
+    return out
 
 
 def others(reserved: Reservations, gang: tuple[str, str]) -> frozenset[str]:

@@ -154,3 +154,39 @@ def test_the_readme_example_is_what_the_keeper_writes_and_kai_takes_it(kai_api: 
     assert yaml.safe_load(block.group(1)) == topology_object(levels_of(_hypernodes("fat-tree-3tier.yaml")))
     proc = kai_api.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=block.group(1))
     assert "serverside-applied (server dry run)" in proc.stdout
+
+
+@pytest.mark.apiserver
+def test_installed_with_node_marks_the_aggregator_may_write_only_hypertopos_kai_topologies(tmp_path: Path) -> None:
+    """daemonset/ with components/node-marks grants KAI's Topologies (without it: none), and the
+    aggregator's admission policy keeps its writes to Topologies labelled as hypertopo's."""
+    from aggregator_controller_kit import private_plane, wait_for
+    from renders import node_marks_overlay
+
+    aggregator = "--as=system:serviceaccount:hypertopo-system:hypertopo-aggregator"
+    with private_plane() as plane:
+        install_kai_topology_crd(plane)
+        plane.kubectl("apply", "--server-side", "-k", str(REPO / "daemonset"))
+        can = plane.kubectl("auth", "can-i", "create", "topologies.kai.scheduler", aggregator, check=False)
+        assert can.stdout.strip() == "no"
+        plane.kubectl("apply", "--server-side", "-k", str(node_marks_overlay(tmp_path / "node-marks")))
+        foreign = topology_object(["example.com/rack", HOSTNAME_LABEL], name="racks")
+        foreign["metadata"]["labels"] = {}
+        plane.kubectl("create", "-f", "-", input=json.dumps(foreign))
+
+        def as_aggregator(*args: str, data: str | None = None) -> Any:
+            return plane.kubectl(*args, aggregator, input=data, check=False)
+
+        def refused_unlabelled() -> bool:  # RBAC and the policy are loaded within seconds
+            proc = as_aggregator("create", "-f", "-", data=json.dumps({**foreign, "metadata": {"name": "bare"}}))
+            plane.kubectl("delete", "topologies.kai.scheduler", "bare", "--ignore-not-found")
+            return "may write only topologies labelled app.kubernetes.io/managed-by=hypertopo" in proc.stderr
+
+        wait_for(refused_unlabelled, timeout=30, what="the policy refusing an unlabelled Topology")
+        delete = as_aggregator("delete", "topologies.kai.scheduler", "racks")
+        assert delete.returncode != 0 and "racks is not hypertopo's" in delete.stderr, delete.stderr
+        ours = json.dumps(topology_object(FAT_TREE))
+        assert as_aggregator("create", "-f", "-", data=ours).returncode == 0
+        assert as_aggregator("get", "topologies.kai.scheduler", "hypertopo").returncode == 0
+        assert as_aggregator("delete", "topologies.kai.scheduler", "hypertopo").returncode == 0
+        assert levels(get_topology(plane, "racks")) == ("example.com/rack", HOSTNAME_LABEL)

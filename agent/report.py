@@ -375,55 +375,85 @@ def _primitive(cls: type, data: Any, path: str) -> Any:
     return data
 
 
-def _dataclass_from_wire(cls: Any, data: Any, path: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise WireError(f"{path}: expected an object, got {type(data).__name__}")
+@functools.cache
+def _wire_fields(cls: type) -> tuple[tuple[str, str, Any, bool, bool], ...]:
+    """(name, wire key, type, required, optional) of each field a dataclass reads from the wire,
+    once per class: dataclasses.fields, the camelCase key and typing's introspection, redone for
+    every object, were half of reading a report."""
     hints = _type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        key = _camel(f.name)
-        if f.metadata.get("metric_only"):
-            continue
-        if key not in data:
-            optional = type(None) in get_args(hints[f.name])
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                if not optional:
-                    raise WireError(f"{path}.{key}: missing")
-                kwargs[f.name] = None  # required but optional (Interface.mac): None was omitted
-            continue
-        kwargs[f.name] = _from_wire(hints[f.name], data[key], f"{path}.{key}")
-    return cls(**kwargs)
+    return tuple(
+        (
+            f.name,
+            _camel(f.name),
+            hints[f.name],
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            type(None) in get_args(hints[f.name]),
+        )
+        for f in dataclasses.fields(cls)
+        if not f.metadata.get("metric_only")
+    )
 
 
-def _from_wire(cls: Any, data: Any, path: str = "spec") -> Any:
+@functools.cache
+def _shape(cls: Any) -> tuple[str, tuple[Any, ...]]:
+    """How values of the field type `cls` are read (dataclass, enum, primitive, tuple, mapping or
+    optional) and its type arguments, once per type."""
     origin = get_origin(cls)
     if origin is None and isinstance(cls, type):
         if dataclasses.is_dataclass(cls):
-            return _dataclass_from_wire(cls, data, path)
-        if issubclass(cls, enum.Enum):
-            try:
-                return cls(data)
-            except (ValueError, TypeError):
-                known = ", ".join(str(m.value) for m in cls)
-                raise WireError(f"{path}: {short(data)} is not one of {known}") from None
-        return _primitive(cls, data, path)
+            return "dataclass", ()
+        return ("enum" if issubclass(cls, enum.Enum) else "primitive"), ()
     args = get_args(cls)
     if origin is tuple:
+        return "tuple", args
+    if origin in (Mapping, dict) or str(origin).endswith("Mapping"):
+        return "mapping", args
+    return "optional", tuple(a for a in args if a is not type(None))  # Optional[X] / X | None
+
+
+def _dataclass_from_wire(cls: Any, data: Any, path: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise WireError(f"{path}: expected an object, got {type(data).__name__}")
+    kwargs: dict[str, Any] = {}
+    for name, key, hint, required, optional in _wire_fields(cls):
+        if key not in data:
+            if required:
+                if not optional:
+                    raise WireError(f"{path}.{key}: missing")
+                kwargs[name] = None  # required but optional (Interface.mac): None was omitted
+            continue
+        kwargs[name] = _from_wire(hint, data[key], f"{path}.{key}")
+    return cls(**kwargs)
+
+
+def _enum_from_wire(cls: Any, data: Any, path: str) -> Any:
+    try:
+        return cls(data)
+    except (ValueError, TypeError):
+        known = ", ".join(str(m.value) for m in cls)
+        raise WireError(f"{path}: {short(data)} is not one of {known}") from None
+
+
+def _from_wire(cls: Any, data: Any, path: str = "spec") -> Any:
+    shape, args = _shape(cls)
+    if shape == "primitive":
+        return _primitive(cls, data, path)
+    if shape == "dataclass":
+        return _dataclass_from_wire(cls, data, path)
+    if shape == "enum":
+        return _enum_from_wire(cls, data, path)
+    if shape == "tuple":
         if not isinstance(data, (list, tuple)):
             raise WireError(f"{path}: expected a list, got {type(data).__name__}")
         return tuple(_from_wire(args[0], v, f"{path}[{i}]") for i, v in enumerate(data))
-    if origin in (Mapping, dict) or str(origin).endswith("Mapping"):
+    if shape == "mapping":
         if not isinstance(data, Mapping):
             raise WireError(f"{path}: expected a map, got {type(data).__name__}")
         return {
             _from_wire(args[0], k, f"{path} key"): _from_wire(args[1], v, f"{path}.{k}")
             for k, v in data.items()
         }
-    # Optional[X] / X | None
-    non_none = [a for a in args if a is not type(None)]
-    if data is None:
-        return None
-    return _from_wire(non_none[0], data, path)
+    return None if data is None else _from_wire(args[0], data, path)
 
 
 def report_from_spec(spec: Mapping[str, Any]) -> NodeReport:

@@ -5,6 +5,13 @@ spent most of `hypertopo-aggregator render`'s time in PyYAML's pure-Python scann
 libyaml (bundled with PyYAML's wheels) does the same safe subset several times faster. Both
 raise `yaml.YAMLError` on bad input, so callers need not know which one ran.
 
+Once parsed, PyYAML's SafeConstructor builds each value through a generator and two bookkeeping
+dicts per node; that was as much time again as libyaml's parse. `Loader` builds the documents these
+files hold (maps, lists and the scalars of the YAML core schema) in one loop, level by level in the
+order SafeConstructor takes, so a document gives the same value or the same first error. A node it
+does not build (a merge key `<<`, `!!set`, `!!omap`, a collection under an odd tag) sends the whole
+document to SafeConstructor, unchanged.
+
 Aliases are refused (`YamlLimitError`): an alias shares one value many times over, so a 4.6 KB
 report of nested aliases became 232 MiB (20 s) for whoever walks it, and none of the files read
 here (reports, models, node labels, `kubectl -o yaml` output) uses them. So is nesting past the
@@ -16,13 +23,106 @@ from __future__ import annotations
 from typing import IO, Any
 
 import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SafeDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
+_CORE = "tag:yaml.org,2002:"
+_STR, _SEQ, _MAP = _CORE + "str", _CORE + "seq", _CORE + "map"
+_SCALARS = frozenset(_CORE + name for name in ("str", "int", "float", "bool", "null", "timestamp", "binary"))
+RESOLVED_KEPT = 4096  # plain scalars whose tag `Loader` remembers (bounded: the text is outside input)
+_MAPPING = "while constructing a mapping"  # SafeConstructor's words, so the error reads the same
+_MERGE_OR_VALUE = frozenset((_CORE + "merge", _CORE + "value"))  # keys SafeConstructor rewrites first
+
 
 class YamlLimitError(yaml.YAMLError, ValueError):
     """YAML this project does not read: an alias, or nesting too deep (one line, with the line)."""
+
+
+class _Unusual(Exception):
+    """A node `Loader`'s loop leaves to SafeConstructor."""
+
+
+class Loader(SafeLoader):
+    """SafeLoader (libyaml's where there is one) that builds plain documents in one loop."""
+
+    _resolved: dict[str, str] = {}  # plain scalar -> its tag (RESOLVED_KEPT of them, the short ones)
+
+    def resolve(self, kind: Any, value: Any, implicit: tuple[bool, bool]) -> Any:
+        """BaseResolver.resolve, remembered for plain scalars: libyaml's parser asks once per
+        scalar, and the answer (a few regular expressions tried) depends on the text alone while
+        no path resolver is set (none is). Field names and common values repeat in every file."""
+        if kind is not ScalarNode or not implicit[0] or self.yaml_path_resolvers:
+            return super().resolve(kind, value, implicit)
+        tag = self._resolved.get(value)
+        if tag is None:
+            tag = super().resolve(kind, value, implicit)
+            if len(value) <= 64 and len(self._resolved) < RESOLVED_KEPT:
+                self._resolved[value] = tag
+        return tag
+
+    def construct_document(self, node: Node) -> Any:
+        try:
+            return _build(self, node)
+        except _Unusual:
+            return super().construct_document(node)
+
+
+def _build(loader: Any, root: Node) -> Any:
+    """The document under `root`, as SafeConstructor builds it: a collection's entries are read
+    when its level comes (breadth first, in document order), so the first error is the same."""
+    if isinstance(root, ScalarNode):
+        return _scalar(loader, root)
+    top = _empty(root)
+    level: list[tuple[Any, Any]] = [(root, top)]
+    while level:
+        following: list[tuple[Any, Any]] = []
+        for node, into in level:
+            if isinstance(into, list):
+                into.extend([_value(loader, child, following) for child in node.value])
+            else:
+                _fill_mapping(loader, node, into, following)
+        level = following
+    return top
+
+
+def _fill_mapping(loader: Any, node: Node, into: dict[Any, Any], following: list[tuple[Any, Any]]) -> None:
+    pairs = node.value
+    for key_node, _ in pairs:  # SafeConstructor rewrites these before it reads any entry
+        if key_node.tag in _MERGE_OR_VALUE:
+            raise _Unusual
+    for key_node, value_node in pairs:
+        if not isinstance(key_node, ScalarNode):
+            _empty(key_node)  # a collection under an odd tag: SafeConstructor says what
+            raise ConstructorError(_MAPPING, node.start_mark, "found unhashable key", key_node.start_mark)
+        into[_scalar(loader, key_node)] = _value(loader, value_node, following)
+
+
+def _value(loader: Any, node: Node, following: list[tuple[Any, Any]]) -> Any:
+    if isinstance(node, ScalarNode):
+        return _scalar(loader, node)
+    into = _empty(node)
+    following.append((node, into))
+    return into
+
+
+def _empty(node: Node) -> Any:
+    if node.tag == _MAP and isinstance(node, MappingNode):
+        return {}
+    if node.tag == _SEQ and isinstance(node, SequenceNode):
+        return []
+    raise _Unusual
+
+
+def _scalar(loader: Any, node: Node) -> Any:
+    tag = node.tag
+    if tag == _STR:
+        return node.value
+    if tag not in _SCALARS:
+        raise _Unusual
+    return loader.yaml_constructors[tag](loader, node)
 
 
 def _text(source: str | bytes | IO[str] | IO[bytes]) -> str | bytes:
@@ -45,7 +145,7 @@ def load(source: str | bytes | IO[str] | IO[bytes]) -> Any:
     text = _text(source)
     _refuse_aliases(text)
     try:
-        return yaml.load(text, Loader=SafeLoader)
+        return yaml.load(text, Loader=Loader)
     except RecursionError:
         raise YamlLimitError("YAML nested too deep") from None
     except ValueError as exc:  # an integer past Python's 4,300 digits; text that is not UTF-8
@@ -57,7 +157,7 @@ def load_all(source: str | bytes | IO[str] | IO[bytes]) -> list[Any]:
     text = _text(source)
     _refuse_aliases(text)
     try:
-        return list(yaml.load_all(text, Loader=SafeLoader))
+        return list(yaml.load_all(text, Loader=Loader))
     except RecursionError:
         raise YamlLimitError("YAML nested too deep") from None
     except ValueError as exc:  # an integer past Python's 4,300 digits; text that is not UTF-8

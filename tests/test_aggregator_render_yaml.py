@@ -45,26 +45,31 @@ def _render(args: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
 
 @pytest.fixture
 def yaml_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Names of the Loader/Dumper classes every yaml.load/load_all/dump call used."""
+    """Names of the PyYAML Loader/Dumper classes every yaml.load/load_all/dump call used (a subclass
+    of the project's, such as yaml_codec.Loader, by the PyYAML class it extends)."""
     calls: list[str] = []
     real_load, real_load_all, real_dump = yaml.load, yaml.load_all, yaml.dump
 
     def load(stream: Any, Loader: Any) -> Any:
-        calls.append(Loader.__name__)
+        calls.append(_pyyaml_class(Loader))
         return real_load(stream, Loader=Loader)
 
     def load_all(stream: Any, Loader: Any) -> Any:
-        calls.append(Loader.__name__)
+        calls.append(_pyyaml_class(Loader))
         return real_load_all(stream, Loader=Loader)
 
     def dump(data: Any, stream: Any = None, Dumper: Any = yaml.Dumper, **kw: Any) -> Any:
-        calls.append(Dumper.__name__)
+        calls.append(_pyyaml_class(Dumper))
         return real_dump(data, stream, Dumper=Dumper, **kw)
 
     monkeypatch.setattr(yaml, "load", load)
     monkeypatch.setattr(yaml, "load_all", load_all)
     monkeypatch.setattr(yaml, "dump", dump)
     yield calls
+
+
+def _pyyaml_class(cls: type) -> str:
+    return next(c.__name__ for c in cls.__mro__ if c.__module__.startswith("yaml."))
 
 
 def test_render_reads_reports_and_models_and_prints_through_libyaml(

@@ -50,12 +50,16 @@ def test_a_hostlist_of_a_hundred_million_nodes_is_refused_before_any_name_is_mad
     with pytest.raises(ModelError, match=r"hostlist 'n\[1-100000000\]' names more than 1000000 nodes"):
         parse_model({"blocks": [{"switch": "leaf1", "nodes": ["n[1-100000000]"]}]})
     print(f"\nn[1-100000000] refused in {time.process_time() - started:.4f} s CPU")
-    with pytest.raises(ModelError, match="block 1 nodes: the model names more than 1000000 nodes"):  # all blocks
+    with pytest.raises(
+        ModelError, match="block 1 nodes: the model names more than 1000000 nodes"
+    ):  # all blocks
         parse_model({"blocks": [{"switch": f"leaf{i}", "nodes": ["n[1-600000]"]} for i in (1, 2)]})
     assert expand_hostlist("n[01-03,7]") == ["n01", "n02", "n03", "n7"]
 
 
-@pytest.mark.parametrize("pattern", ["n[\u0661-\u0663]", "n[\u00b2]", "n[1-\uff19]", "n[3-1]", "n[1234567890]"])
+@pytest.mark.parametrize(
+    "pattern", ["n[\u0661-\u0663]", "n[\u00b2]", "n[1-\uff19]", "n[3-1]", "n[1234567890]"]
+)
 def test_hostlist_ranges_take_ascii_digits_only(pattern: str) -> None:
     with pytest.raises(ModelError, match="bad range"):
         expand_hostlist(pattern)
@@ -69,24 +73,34 @@ def test_a_model_switch_name_that_is_no_usable_name_is_refused(name: str) -> Non
 
 def test_an_80kb_ibnetdiscover_line_is_refused_naming_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "dump.txt"
-    path.write_text('Switch 36 "S-0002c9030005e4f1"\n[1] "H-0002c9030005e4f2"[1] # "' + "a' - '" * 14000 + '"\n')
+    path.write_text(
+        'Switch 36 "S-0002c9030005e4f1"\n[1] "H-0002c9030005e4f2"[1] # "' + "a' - '" * 14000 + '"\n'
+    )
     started = time.process_time()
     with pytest.raises(ibnetdiscover.IbnetdiscoverError) as caught:
         ibnetdiscover.parse_file(str(path))
-    assert str(caught.value).startswith(f"line 2: {path}: a line of 84") and "(at most 4096)" in str(caught.value)
+    assert str(caught.value).startswith(f"line 2: {path}: a line of 84") and "(at most 4096)" in str(
+        caught.value
+    )
     print(f"\n80 KB ibnetdiscover line refused in {time.process_time() - started:.4f} s CPU")
 
 
 def test_port_report_descriptions_split_at_the_last_separator_as_before() -> None:
     head = "SW 1 5 0x0002c9030005e4f1 4x QDR - CA 2 1 0x0002c9030005e4f2 ( "
-    fabric = ibnetdiscover.parse(head + "'leaf 1' - 'node01 mlx5_0' )\n" + head.replace("e4f2", "e4f3") + "'a' - ' - 'b' )")
+    fabric = ibnetdiscover.parse(
+        head + "'leaf 1' - 'node01 mlx5_0' )\n" + head.replace("e4f2", "e4f3") + "'a' - ' - 'b' )"
+    )
     descriptions = {guid[-4:]: node.description for guid, node in fabric.nodes.items()}
     assert descriptions == {"e4f1": "leaf 1", "e4f2": "node01 mlx5_0", "e4f3": "b"}
 
 
 def test_a_name_with_a_control_character_is_one_rule_for_every_source() -> None:
-    assert switch_id("leaf1\n", "0c:42:a1:00:00:01") == switch_id(" leaf1", "x") == "leaf1"  # blanks around: noise
-    assert switch_id("lea\x00f1", "0C:42:A1:00:00:01") == "0c:42:a1:00:00:01"  # no usable name: the chassis ID
+    assert (
+        switch_id("leaf1\n", "0c:42:a1:00:00:01") == switch_id(" leaf1", "x") == "leaf1"
+    )  # blanks around: noise
+    assert (
+        switch_id("lea\x00f1", "0C:42:A1:00:00:01") == "0c:42:a1:00:00:01"
+    )  # no usable name: the chassis ID
     assert switch_id(None, "ab\x00cd") == "ab\\x00cd"  # an ID that must stay is printed as what it is
     # two identities never share a HyperNode name ("$" matched before a trailing newline)
     assert domain_name("leaf", ("leaf1\n",)) != domain_name("leaf", ("leaf1",))
@@ -136,7 +150,11 @@ def test_an_odd_lldpcli_json_field_is_left_out_rather_than_published_as_the_read
            "descr": ["a", "b"], "mgmt-ip": ["10.0.0.1", ["10.0.0.2"]]}},
            "port": {"id": {"type": "ifname", "value": "swp1"}, "descr": {"x": 1}, "ttl": "\u0661\u0662"}}}}}  # fmt: skip
     (neighbour,) = parse_json(json.dumps(doc))
-    assert (neighbour.chassis_id_subtype, neighbour.system_description, neighbour.port_description) == ("4", None, None)
+    assert (neighbour.chassis_id_subtype, neighbour.system_description, neighbour.port_description) == (
+        "4",
+        None,
+        None,
+    )
     assert neighbour.management_addresses == ("10.0.0.1",) and neighbour.ttl == 0
     report = dataclasses.replace(NodeReport(node_name="n1", health={}), lldp=(neighbour,))
     assert report_from_spec(json.loads(json.dumps(report_spec(report)))) == report
@@ -154,3 +172,60 @@ def test_a_report_whose_metadata_is_no_object_is_refused_by_name() -> None:
     spec = {**obj["spec"], "nodeName": nested}
     with pytest.raises(ValueError, match=r"^spec.nodeName: expected a string, got list <list of 1>$"):
         report_from_object({**obj, "spec": spec})
+
+
+# documents yaml_codec.Loader builds itself (errors included), and ones it hands to SafeConstructor
+YAML_PLAIN = [
+    "a: [1, {b: c}, [d]]\nb: !!float 1_0.5\nc: ''\nd: null\ne: 2001-12-14t21:59:43.10-05:00\nf: !!binary aGVsbG8=",
+    "- 0o17\n- 0x1F\n- 1:30\n- .inf\n- ~\n- yes\n- Off\n- '1'\n- 1e3", "a: 1\na: 2", "", "x", "---\na: 1\n---\n- b\n",
+    "[" * 500 + "]" * 500, "[" * 1001 + "]" * 1001, "? [a]\n: 1", "? {a: 1}\n: 1", "- !!int x\n- {<<: 5}",
+    "a: {b: !!int y}\nc: !!int z",  # breadth first, as SafeConstructor: z's error, not y's
+]  # fmt: skip
+YAML_HANDED_OVER = [
+    "a: !foo 1", "a: !foo {b: 1}", "!!map x", "a: !!str {b: 1}", "x: {<<: 5, a: !!int x}", "<<: {a: 1}\nb: 2",
+    "=: 3", "a: !!set {x, y}", "a: !!omap [{a: 1}]", "a: !!pairs [{a: 1}, {a: 2}]",
+]  # fmt: skip
+
+
+def test_yaml_built_in_one_loop_is_what_pyyaml_builds_with_the_same_first_error() -> None:
+    """yaml_codec.Loader builds maps, lists and core scalars itself (speed) and hands anything else
+    to SafeConstructor: for odd shapes and 700 mutated models and reports it gives PyYAML's value
+    or its first error, word for word; plain documents are built by the loop, odd ones by PyYAML."""
+    import random
+
+    import yaml
+    from fuzz_inputs import YAML_MUTATIONS
+
+    from agent import yaml_codec
+
+    def outcome(loader: type, text: str) -> tuple[str, str]:
+        try:
+            return "read", repr(list(yaml.load_all(text, Loader=loader)))
+        except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer past 4,300 digits
+            return type(exc).__name__, str(exc)
+
+    handed_over: list[object] = []
+    original = yaml.constructor.BaseConstructor.construct_document
+
+    def counted(self: object, node: object) -> object:
+        if isinstance(self, yaml_codec.Loader):
+            handed_over.append(node)
+        return original(self, node)  # type: ignore[arg-type]
+
+    def handed(texts: list[str]) -> int:
+        before = len(handed_over)
+        for text in texts:
+            assert outcome(yaml_codec.Loader, text) == outcome(yaml_codec.SafeLoader, text), text[:200]
+        return len(handed_over) - before
+
+    seeds = [path.read_text() for path in sorted(MODELS.glob("*.yaml")) if path.stat().st_size < 4000]
+    seeds.append(yaml_codec.dump(node_topology_object(report_for(SMALL, "node01"))))
+    rng, names = random.Random(22), sorted(set(YAML_MUTATIONS) - {"alias"})  # aliases never get this far
+    mutated = [YAML_MUTATIONS[names[i % len(names)]](rng.choice(seeds), rng) for i in range(700)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(yaml.constructor.BaseConstructor, "construct_document", counted)
+        assert handed(seeds + YAML_PLAIN) == 0
+        assert handed(YAML_HANDED_OVER) == len(YAML_HANDED_OVER)
+        odd = handed(mutated)
+    assert odd < len(mutated) // 10, f"{odd} of the mutated documents went to SafeConstructor"
+    print(f"\n{len(mutated)} mutated documents read alike, {odd} of them by SafeConstructor")

@@ -139,8 +139,10 @@ def test_the_readmes_lldpd_overlay_reads_the_nodes_lldpd_and_its_switch_becomes_
 ) -> None:
     """The README's lldpd-socket overlay (its GID the node's `_lldpd`) on the kustomize install: the
     agent, with the shipped securityContext, reads the node's lldpd, which hears the switch stand-in
-    `leaf-sw1` on eth1; the aggregator makes that switch a leaf HyperNode, Ready. A rollout restart
-    of the agents deletes no HyperNode (the same object, its watch sees no DELETED)."""
+    `leaf-sw1` on eth1; the aggregator makes that switch a leaf HyperNode, Ready. Two rollouts of the
+    agents (a changed flag, then `kubectl rollout restart`) delete no HyperNode (the same object, its
+    watch sees no DELETED). Cutting the cable turns it Ready=False (LinkFailed), plugging it back
+    Ready=True."""
     name, text = readme_overlay()
     gid = grp.getgrnam("_lldpd").gr_gid
     text = text.replace(f"value: {readme_gid(text)}", f"value: {gid}")
@@ -160,9 +162,13 @@ def test_the_readmes_lldpd_overlay_reads_the_nodes_lldpd_and_its_switch_becomes_
                              stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         time.sleep(2)
-        cluster.kubectl("rollout", "restart", "-n", AGENT_NS, "daemonset/hypertopo-agent")
-        cluster.kubectl("rollout", "status", "-n", AGENT_NS, "daemonset/hypertopo-agent", "--timeout=180s",
-                        timeout=200)  # fmt: skip
+        # A veth is no physical NIC, which the agent's default `--interfaces fabric` looks for: name the
+        # node's cable, so its carrier counts (a rollout of its own).
+        cluster.kubectl("patch", "-n", AGENT_NS, "daemonset/hypertopo-agent", "--type=json", "-p", json.dumps([
+            {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--interfaces=eth1"}]))
+        for action in ("status", "restart", "status"):
+            cluster.kubectl("rollout", action, "-n", AGENT_NS, "daemonset/hypertopo-agent",
+                            *(["--timeout=180s"] if action == "status" else []), timeout=200)  # fmt: skip
         after = wait_for("the leaf Ready again after the restart", lambda: [
             h for h in owned_hypernodes(cluster) if h["metadata"]["name"] == leaf["metadata"]["name"]
             and ready_condition(h) == "True"], timeout=90)[0]  # fmt: skip
@@ -172,6 +178,14 @@ def test_the_readmes_lldpd_overlay_reads_the_nodes_lldpd_and_its_switch_becomes_
         events = watch.communicate(timeout=10)[0].split()
     assert after["metadata"]["uid"] == leaf["metadata"]["uid"]
     assert "DELETED" not in events, events
+    cluster.cable(up=False)
+    cut = wait_for("the leaf Ready=False after its cable was cut", lambda: [
+        c for h in owned_hypernodes(cluster) for c in h["status"]["conditions"]
+        if c["type"] == "Ready" and c["status"] == "False"], timeout=60)[0]  # fmt: skip
+    assert cut["reason"] == "LinkFailed" and "eth1: link down" in cut["message"], cut
+    cluster.cable(up=True)
+    wait_for("the leaf Ready again with its cable back", lambda: [
+        h for h in owned_hypernodes(cluster) if ready_condition(h) == "True"], timeout=60)  # fmt: skip
 
 
 def assert_uninstalled(cluster: RealNodeCluster, installed: list[dict[str, Any]]) -> None:

@@ -137,8 +137,10 @@ def test_a_gang_with_spares_goes_only_where_its_leaf_also_holds_the_spares() -> 
 def test_when_no_leaf_holds_gang_and_spares_they_share_the_lowest_domain_that_does() -> None:
     topo = build(TREE)
     placement, chosen = spares.place(topo, free_nodes(), core_gang(4), 1)  # 5 nodes: only the spine
-    assert placement.ok and placement.domain == "leaf-a"  # the gang's own nodes fill leaf-a
-    assert chosen and chosen[0].startswith("b")  # the spare: in the spine, the lowest domain of gang + spare
+    # the spare is in the gang's own lowest domain (the spine), so using it never raises the tier:
+    # taken from the leaf with the most of the gang (leaf-a), the members spread over both leaves
+    assert placement.ok and placement.domain == "spine" and placement.tier == 2
+    assert chosen and chosen[0].startswith("a")
     assert len(set(placement.assignments.values()) | set(chosen)) == 5
 
 
@@ -237,3 +239,27 @@ def test_spares_are_released_when_the_gang_ends() -> None:
 def test_a_used_or_failed_spare_is_no_longer_a_spare() -> None:
     assert spares.remaining(("a3", "a4", "b1"), used=["a4"], failed=["b1"]) == ("a3",)
     assert spares.annotation(["b1", "a4", "a4"]) == '["a4","b1"]'
+
+
+# -- the simulator -------------------------------------------------------------------------------
+
+def test_the_simulator_counts_recoveries_that_kept_their_tier_with_and_without_spares() -> None:
+    from aggregator.placement.policies import policy
+    from aggregator.placement.simulate import Simulation, node_capacity
+    from aggregator.placement.trace import Failure, Job, Trace
+
+    # "train" (3 nodes, restart-pods) then "fill" (4 nodes, left alone on a fault); a1 and b1 fail.
+    # Without spares: train best-fits leaf-b, fill takes leaf-a; b1 fails, and no node is free for
+    # train's replacement: the recovery fails. With 1 spare: train takes leaf-a (3 + its spare),
+    # fill (4) waits, a1 fails, and the replacement goes to the spare in leaf-a: the tier is kept.
+    jobs = (Job("train", 0.0, 3, 8, 1000.0, on_fabric_fault="restart-pods"),
+            Job("fill", 1.0, 4, 8, 1000.0, on_fabric_fault="none"))
+    trace = Trace(jobs, (Failure(10.0, node="a1", duration=5000.0), Failure(10.0, node="b1", duration=5000.0)))
+    topo, capacity = build(TREE), node_capacity(list(NODES))
+    without = Simulation(topo, capacity, trace, policy("hypertopo")).run()
+    with_spares = Simulation(topo, capacity, trace, policy("hypertopo"), spare_nodes="1").run()
+    assert (without["recoveries"], without["recoveries_kept_tier"], without["spare_gpu_hours"]) == (1, 0, 0.0)
+    assert (with_spares["recoveries"], with_spares["recoveries_kept_tier"], with_spares["recoveries_on_spares"]) == (1, 1, 1)
+    # train's spare stood idle the 10 s before the fault; fill then starts at 1000 s on the 5 nodes
+    # left (4 + its spare) and holds its spare until it ends at 2000 s: 8 GPUs x (10 + 1000) s
+    assert with_spares["spare_gpu_hours"] == round(8 * (10 + 1000) / 3600, 2)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from agent.cluster_model import ModelError, load_model
 from agent.command_line import EXIT_INPUT, CommandParser, add_common_arguments, one_line, setup_logging
+from aggregator.placement import spares
 from aggregator.placement.policies import POLICIES, policy
 from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
 from aggregator.placement.topology import build
@@ -40,6 +41,13 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument("--policy", default="hypertopo", choices=sorted(POLICIES), help="placement policy")
     sim.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace (default 0)")
     sim.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of every modelled node (default 8)")
+    sim.add_argument("--failures", type=int, metavar="N",
+                     help="node failures in the synthetic trace (default: one per 50 jobs)")
+    sim.add_argument("--fault-policy", default="restart-gang", choices=("restart-pods", "restart-gang", "none"),
+                     help="on_fabric_fault of the synthetic trace's jobs (default restart-gang)")
+    sim.add_argument("--spare-nodes", default="", metavar="N|P%",
+                     help="every gang of more than one pod asks this many warm spares (hypertopo.io/spare-nodes); "
+                          "the same trace is replayed without spares too, and both are printed")
     add_common_arguments(sim, top=False)
     sim.set_defaults(handler=_simulate)
 
@@ -49,14 +57,24 @@ def _simulate(args: argparse.Namespace) -> int:
         model = load_model(args.model)
         nodes = model.nodes()
         trace = load_trace(args.jobs) if args.jobs else synthetic(
-            nodes, args.synthetic, seed=args.seed, gpus_per_node=args.gpus_per_node)
+            nodes, args.synthetic, seed=args.seed, gpus_per_node=args.gpus_per_node,
+            failures=None if args.failures is None else max(0, min(args.failures, 1_000_000)),
+            on_fabric_fault=args.fault_policy)
     except (ModelError, TraceError) as exc:  # a file that cannot be used: input, exit 1
         print(f"hypertopo-scheduler simulate: {one_line(str(exc), width=600)}", file=sys.stderr)
         return EXIT_INPUT
+    try:
+        spares.parse_request(args.spare_nodes, 100)
+    except spares.SpareRequestError as exc:
+        print(f"hypertopo-scheduler simulate: --spare-nodes: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     topology = build(model_hypernodes(model))
-    simulation = Simulation(topology, node_capacity(nodes, args.gpus_per_node), trace, policy(args.policy))
+    capacity = node_capacity(nodes, args.gpus_per_node)
+    simulation = Simulation(topology, capacity, trace, policy(args.policy), spare_nodes=args.spare_nodes)
     result = {"policy": args.policy, "model": args.model, "nodes": len(nodes),
               "hypernodes": len(topology.domains), **simulation.run()}
+    if args.spare_nodes:  # the same trace without spares, beside it
+        result["without_spares"] = Simulation(topology, capacity, trace, policy(args.policy)).run()
     print(json.dumps(result, indent=2))
     return 0
 

@@ -22,12 +22,13 @@ from typing import Any
 
 from agent.cluster_model import ClusterModel
 from aggregator.pipeline import ClusterInputs, Pipeline
-from aggregator.placement import ranks
-from aggregator.placement.core import lowest_feasible_tier
+from aggregator.placement import ranks, spares
+from aggregator.placement.core import describe, lowest_feasible_tier
 from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec
 from aggregator.placement.policies import Policy
 from aggregator.placement.resources import Resources
+from aggregator.placement.spare_book import SpareBook
 from aggregator.placement.topology import Topology
 from aggregator.placement.trace import Failure, Job, Trace
 
@@ -94,7 +95,7 @@ class Simulation:
     """One replay. `run()` returns the JSON-ready summary."""
 
     def __init__(self, topology: Topology, capacity: Mapping[str, Resources], trace: Trace,
-                 policy: Policy, *, judge_tiers: bool = True) -> None:
+                 policy: Policy, *, judge_tiers: bool = True, spare_nodes: str = "") -> None:
         self.topology, self.trace, self.policy, self.judge = topology, trace, policy, judge_tiers
         self.free = FreeIndex(topology, capacity)  # aggregates kept per bind, as the live scheduler does
         self.total_gpus = sum(r.gpus for r in capacity.values())
@@ -109,14 +110,24 @@ class Simulation:
         self.stats = _Stats()
         self.clock = 0.0
         self.used_gpus = 0
+        self.book = SpareBook(spare_nodes, capacity)  # warm spares (`spares`): who holds which, what they cost
 
     def _push(self, at: float, kind: str, payload: Any) -> None:
         heapq.heappush(self.events, (at, next(self.seq), kind, payload))
 
-    def _decide(self, gang: Gang) -> Placement:
+    def _decide(self, gang: Gang, *, fresh: bool = False) -> Placement:
+        """The policy's placement, off other gangs' spares; a gang starting (`fresh`) that asks
+        spares is placed with them (`spares.place`) and holds them."""
         begin = time.perf_counter()
-        placement = self.policy(self.topology, self.free, gang, excluded_nodes=frozenset(self.down_nodes),
-                                excluded_domains=frozenset(self.down_domains))
+        excluded, domains = frozenset(self.down_nodes | self.book.others(gang.name)), frozenset(self.down_domains)
+        count = self.book.count(gang) if fresh else 0
+        if count:
+            placement, nodes = spares.place(self.topology, self.free, gang, count, excluded_nodes=excluded,
+                                            excluded_domains=domains, placer=self.policy)
+            if placement.ok:
+                self.book.reserve(gang.name, nodes)
+        else:
+            placement = self.policy(self.topology, self.free, gang, excluded_nodes=excluded, excluded_domains=domains)
         self.stats.latencies_ms.append((time.perf_counter() - begin) * 1000)
         return placement
 
@@ -132,7 +143,7 @@ class Simulation:
         if self.judge:
             lowest = lowest_feasible_tier(self.topology, self.free, gang, excluded_nodes=frozenset(self.down_nodes),
                                           excluded_domains=frozenset(self.down_domains))
-        placement = self._decide(gang)
+        placement = self._decide(gang, fresh=True)
         if not placement.ok:
             return False
         run = _Run(job, {p.name: p for p in gang.pods}, dict(placement.assignments), next(self.tokens))
@@ -173,6 +184,7 @@ class Simulation:
             return  # a stale completion of a gang that was restarted
         self._take(run, run.where, -1)
         del self.running[name]
+        self.book.release(name)
         self.stats.completed += 1
         self._drain_queue()
 
@@ -202,10 +214,13 @@ class Simulation:
         self._take(run, run.where, -1)
         self.stats.evictions += len(run.where)
         del self.running[run.job.name]
+        self.book.release(run.job.name)
         self.queue.insert(0, run.job)
 
     def _replace_pods(self, run: _Run, hit: dict[str, str]) -> bool:
-        """Evict only the pods on lost nodes and place them next to the rest of the gang."""
+        """Evict only the pods on lost nodes and place them next to the rest of the gang: on its
+        spares first (`spares.to_spares`), else where the policy says."""
+        before = describe(self.topology, run.where).tier
         self._take(run, hit, -1)
         self.stats.evictions += len(hit)
         for pod in hit:
@@ -214,11 +229,17 @@ class Simulation:
         gang = Gang(base.name, tuple(run.pods[p] for p in sorted(hit)), mode=base.mode,
                     highest_tier=base.highest_tier, highest_tier_name=base.highest_tier_name,
                     running=dict(run.where))
-        placement = self._decide(gang)
+        placement, _ = spares.to_spares(self.topology, self.free, gang, self.book.of(base.name),
+                                        excluded_nodes=frozenset(self.down_nodes))
+        on_spares = placement is not None
+        placement = placement or self._decide(gang)
         if not placement.ok:
+            self.book.recovered(before, None, on_spares=False)
             return False
         self._take(run, placement.assignments, +1)
         run.where.update(placement.assignments)
+        self.book.used(base.name, placement.assignments.values())
+        self.book.recovered(before, describe(self.topology, run.where).tier, on_spares=on_spares)
         return True
 
     def run(self) -> dict[str, Any]:
@@ -229,6 +250,7 @@ class Simulation:
         while self.events:
             at, _, kind, payload = heapq.heappop(self.events)
             self.stats.gpu_seconds += self.used_gpus * (at - self.clock)
+            self.book.accrue(at - self.clock)
             self.clock = at
             if kind == "arrive":
                 if not self._try_start(payload):
@@ -256,4 +278,5 @@ class Simulation:
             "rank_order_crossings": {str(t): {"tier_name": self.topology.tier_names.get(t, ""), "crossed": c,
                                               "minimum": m} for t, (c, m) in sorted(s.crossings.items())},
             "gangs_at_minimum_crossings": f"{s.at_minimum}/{s.ranked}",
+            **self.book.summary(),
         }

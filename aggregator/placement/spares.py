@@ -161,7 +161,8 @@ def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, count: 
     if len(chosen) < count:
         return _short(gang, count, f"its domain {found.domain} has {len(chosen)} whole free node(s) besides it"), ()
     ordered = ranks.in_fabric_order(topology, real, gang.pods)
-    return core.describe(topology, ordered, gang.running.values()), tuple(sorted(chosen))
+    # the gang's domain is the one holding its members and its spares: what its tier is judged by
+    return core.describe(topology, ordered, [*gang.running.values(), *chosen]), tuple(sorted(chosen))
 
 
 def _swap_out(topology: Topology, free: Mapping[str, Resources], assignments: Mapping[str, str],
@@ -170,15 +171,17 @@ def _swap_out(topology: Topology, free: Mapping[str, Resources], assignments: Ma
     """Which of the placement's one-pod nodes become the spares; `real` is updated in place.
 
     The core placed placeholders like any pod, so they may sit in the middle of the gang; the
-    spares are taken instead from the leaves with the fewest of the placement's pods (the gang
-    then spans as few leaves as it can), last in fabric order. A member on a chosen node moves to
-    a placeholder's slot, which holds it (a placeholder asks the gang's largest request)."""
+    spares are taken instead from the leaves with the most of the placement's pods, last in fabric
+    order, so that the members keep the whole domain the core chose and the spares lie inside the
+    gang's own lowest domain (a spare outside it would raise the gang's tier when used). A member
+    on a chosen node moves to a placeholder's slot, which holds it (a placeholder asks the gang's
+    largest request)."""
     slots = Counter(assignments.values())
     running = set(gang.running.values())
     per_leaf = Counter(topology.node_leaf.get(n, n) for n in assignments.values())
     candidates = [n for n, k in slots.items() if k == 1 and n not in running and n not in excluded_nodes
                   and n in free and free[n].covers(spare)]
-    candidates.sort(key=lambda n: (per_leaf[topology.node_leaf.get(n, n)], -topology.fabric_position.get(n, -1), n))
+    candidates.sort(key=lambda n: (-per_leaf[topology.node_leaf.get(n, n)], -topology.fabric_position.get(n, -1), n))
     chosen = candidates[:count]
     vacated = [n for p, n in sorted(assignments.items()) if p.startswith(_SPARE_POD) and n not in chosen]
     for pod, node in sorted(real.items()):

@@ -124,7 +124,8 @@ def load_trace(path: str) -> Trace:
 
 
 def synthetic(nodes: Sequence[str], count: int, *, seed: int = 0, gpus_per_node: int = 8,
-              load: float = 0.9, mean_duration: float = 3600.0, failures: int | None = None) -> Trace:
+              load: float = 0.9, mean_duration: float = 3600.0, failures: int | None = None,
+              on_fabric_fault: str = "restart-gang") -> Trace:
     """`count` jobs with Poisson arrivals sized for about `load` of the cluster's GPUs: mostly small
     gangs, some large (up to a quarter of the nodes), soft mode without a tier limit (so every gang
     can be judged against its lowest feasible tier), plus a few node failures."""
@@ -140,7 +141,8 @@ def synthetic(nodes: Sequence[str], count: int, *, seed: int = 0, gpus_per_node:
     gap = work / (len(nodes) * gpus_per_node * load)
     clock, jobs = 0.0, []
     for name, pods, gpus, duration in drafts:
-        jobs.append(Job(name, round(clock, 3), pods, gpus, round(duration, 3), mode="soft"))
+        jobs.append(Job(name, round(clock, 3), pods, gpus, round(duration, 3), mode="soft",
+                        on_fabric_fault=on_fabric_fault))
         clock += rng.expovariate(1.0 / gap) if gap > 0 else 0.0
     n_fail = max(1, count // 50) if failures is None else failures
     fails = tuple(Failure(round(rng.uniform(0, clock), 3), node=rng.choice(list(nodes)), duration=1800.0)

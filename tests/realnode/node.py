@@ -270,10 +270,6 @@ exec {self.node_bin / 'kubelet'} --config={node_dir / 'kubelet.yaml'} --kubeconf
             time.sleep(0.5)
         raise ControlPlaneError(f"node {NODE} not Ready after {timeout:.0f} s: {self.log_tail('kubelet')}")
 
-    def node_exec(self, *argv: str, timeout: float = 60) -> str:
-        """A command in the node's network namespace (the host network of its pods)."""
-        return _run("ip", "netns", "exec", self.netns, *argv, timeout=timeout)
-
     def stop(self) -> None:
         stop_processes(self.node_processes, timeout=10)
         if self.netns:

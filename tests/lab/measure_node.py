@@ -1,0 +1,61 @@
+"""One lab host's fabric measuring round, run inside its namespace: the agent's real loop
+(agent.fabric_measure) with the real UDP responder and prober on the host's fabric address.
+
+Reads the lab (domains, addresses) from a JSON file, answers from start to `--end-at`, measures
+once at `--start-at` (so every responder is up first), and writes what it measured, what it sent
+and answered, and the fabric NIC's transmitted-packet count over the run, as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from agent.adapters.udp_probe import UdpResponder, UdpTransport
+from agent.fabric_measure import FabricMeasure
+from agent.measure_plan import Domain
+from agent.report import to_wire
+
+
+def tx_packets(nic: str) -> int:
+    return int(Path(f"/sys/class/net/{nic}/statistics/tx_packets").read_text())
+
+
+def main() -> None:
+    args = argparse.ArgumentParser()
+    for flag in ("--node", "--address", "--lab", "--out", "--nic"):
+        args.add_argument(flag, required=True)
+    for flag in ("--start-at", "--end-at"):
+        args.add_argument(flag, type=float, required=True)
+    args.add_argument("--count", type=int, default=20)
+    opts = args.parse_args()
+    lab = json.loads(Path(opts.lab).read_text())
+    domains = [Domain(d["name"], d["tier"], tuple(d["children"])) for d in lab["domains"]]
+    addresses = lab["addresses"]
+    transport = UdpTransport(opts.address, timeout=1.0, gap=0.005)
+    measure = FabricMeasure(
+        opts.node, opts.address, transport, lambda: (domains, addresses), count=opts.count
+    )
+    measure.replan(domains, addresses)
+    before = tx_packets(opts.nic)
+    responder = UdpResponder(opts.address, allowed=measure.allowed, rate=1000, burst=100)
+    responder.start()
+    time.sleep(max(0.0, opts.start_at - time.time()))
+    measured = measure.round()
+    time.sleep(max(0.0, opts.end_at - time.time()))
+    responder.stop()
+    result = {
+        "measurements": [to_wire(m) for m in measured],
+        "peers": [p.peer for p in measure.probes],
+        "probers": sorted(measure.prober_names),
+        "sent": transport.sent,
+        "answered": responder.answered,
+        "refused": responder.refused,
+        "tx_packets": tx_packets(opts.nic) - before,
+    }
+    Path(opts.out).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -5,18 +5,32 @@ serve) mutated once: a byte flipped, the text cut short, a value nested thousand
 swapped for one of another type (a list, an object, a bool, null), a huge number, Unicode digits,
 an odd name (`leaf1\\n`, a bidirectional override), a line made 80 KB long, or YAML aliases. The
 parser may accept it or refuse it with its own declared error; anything else it raises is a
-finding. Each input's CPU time is measured; its memory (tracemalloc's peak) is measured on a
-seeded sample of one input in MEMORY_SHARE and on every input whose parse took over SLOW_INPUT of
-CPU (run again under tracemalloc, which slows allocation several-fold: tracing every input cost most
-of a run). The big allocators are the slow inputs, so the sample misses none of them. The bounds
-asserted are safety nets far above what any input takes (not benchmarks), so a run under load
-cannot flake.
+finding. Each input's CPU time is measured.
+
+Memory is bounded for every input by the process's peak resident set: before the run, free heap is
+handed back to the kernel (gc, malloc_trim) and the peak (VmHWM) is reset to the resident set by
+writing 5 to /proc/self/clear_refs; after it, the peak may have grown by less than MEMORY_BOUND.
+No input's peak can be above the run's, so this bounds every one of the 10,000, at the cost of one
+getrusage per input (which also names the input during which the peak last rose). What it cannot
+see is memory an input reuses that the process already held free (little, after the trim), so it
+is an upper bound on the run, not an exact figure per input. The finer check, each input's own
+allocations counted by tracemalloc, runs on a seeded sample of one input in MEMORY_SHARE and on
+the RETRACE_SLOWEST slowest inputs, parsed again after the run (the big allocators are the slow
+ones). Tracing slows allocation several-fold, which is why it is not run on every input: tracing
+every input, or one in sixteen and every input over 10 ms, cost a third to most of a run. The
+bounds asserted are safety nets far above what any input takes (not benchmarks), so a run under
+load cannot flake.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import heapq
 import random
 import re
+import resource
 import time
 import tracemalloc
 from collections import Counter
@@ -24,9 +38,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 TIME_BOUND = 1.0  # CPU seconds one input may take (the slowest take milliseconds); CPU time, so a loaded machine does not count
-MEMORY_BOUND = 64 << 20  # bytes one input may allocate at its peak (tracemalloc)
-MEMORY_SHARE = 16  # one input in this many (a seeded draw) is parsed under tracemalloc
-SLOW_INPUT = 0.01  # CPU seconds past which an input is parsed again under tracemalloc
+MEMORY_BOUND = (
+    64 << 20
+)  # bytes one input may allocate at its peak (tracemalloc), and the run's peak RSS may grow
+MEMORY_SHARE = 64  # one input in this many (a seeded draw) is parsed under tracemalloc
+RETRACE_SLOWEST = 8  # the slowest inputs not traced in the run are parsed again under tracemalloc after it
 
 # JSON values of other types and shapes than the ones they replace
 ODD_JSON = [
@@ -146,12 +162,87 @@ class FuzzRun:
     peak: int = 0
     peak_what: str = ""
     traced: int = 0  # inputs whose memory was measured
+    resident_growth: int | None = None  # bytes the peak RSS grew over the run (None: not reset)
+    resident_what: str = ""  # the input during which the peak RSS last rose
     by_mutation: Counter[str] = field(default_factory=Counter)
 
+    def record(self, what: str, kind: str, outcome: Exception | None, allowed: tuple[type[BaseException], ...],
+               elapsed: float, peak: int | None, text: str) -> None:  # fmt: skip
+        """One input's outcome, CPU time and (if traced, `peak` not None) memory peak counted."""
+        self.inputs += 1
+        self.by_mutation[kind] += 1
+        if outcome is None:
+            self.accepted += 1
+        elif isinstance(outcome, allowed):
+            self.refused += 1
+        else:  # the finding: recorded, asserted empty by the test
+            self.uncaught.append(
+                f"{what}: {type(outcome).__name__}: {str(outcome)[:200]} (input starts {text[:120]!r})"
+            )
+        if elapsed > self.slowest:
+            self.slowest, self.slowest_what = elapsed, what
+        if peak is not None:
+            self.record_peak(what, peak)
+
+    def record_peak(self, what: str, peak: int) -> None:
+        self.traced += 1
+        if peak > self.peak:
+            self.peak, self.peak_what = peak, what
+
     def line(self) -> str:
+        growth = (
+            "not measured" if self.resident_growth is None else f"+{self.resident_growth / 2**20:.1f} MiB"
+        )
         return (f"FUZZ {self.name}: {self.inputs} inputs, {self.accepted} read, {self.refused} refused with the "
                 f"parser's own error, {len(self.uncaught)} uncaught; slowest {self.slowest * 1e3:.1f} ms "
-                f"({self.slowest_what}), peak {self.peak / 2**20:.1f} MiB ({self.peak_what}) of {self.traced} traced")  # fmt: skip
+                f"({self.slowest_what}), peak {self.peak / 2**20:.1f} MiB ({self.peak_what}) of {self.traced} traced; "
+                f"peak RSS of all {self.inputs} {growth} ({self.resident_what or 'none raised it'})")  # fmt: skip
+
+
+class ResidentPeak:
+    """The process's peak resident set (VmHWM) over a stretch of work, from a reset at its start:
+    Linux resets the peak to the current resident set when 5 is written to /proc/self/clear_refs."""
+
+    def __init__(self) -> None:
+        gc.collect()
+        _trim_heap()
+        try:
+            with open("/proc/self/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")
+            self.baseline: int | None = _vm_hwm()
+        except OSError:  # not Linux, or not permitted: no bound then, and the test says so
+            self.baseline = None
+        self.seen = _max_rss()
+        self.what = ""
+
+    def after(self, what: str) -> None:
+        """Called after each input: names it if the peak rose while it ran (getrusage, ~3 us)."""
+        now = _max_rss()
+        if now > self.seen:
+            self.seen, self.what = now, what
+
+    def growth(self) -> int | None:
+        return None if self.baseline is None else _vm_hwm() - self.baseline
+
+
+def _trim_heap() -> None:
+    """Free heap handed back to the kernel (glibc's malloc_trim), so that what an input allocates
+    shows as resident growth instead of reusing memory the process held free."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: looser by what the heap holds free
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _vm_hwm() -> int:
+    """The process's peak resident set in bytes (VmHWM of /proc/self/status)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) << 10
+    raise OSError("no VmHWM in /proc/self/status")
+
+
+def _max_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10  # KiB on Linux
 
 
 def fuzz(
@@ -164,37 +255,41 @@ def fuzz(
     count: int = 10_000,
     seed: int = 22,
 ) -> FuzzRun:
-    """`count` mutated seeds through `parse`, every one timed. Memory is measured (tracemalloc) on
-    a seeded sample and on every slow input, run again: `parse` must be deterministic."""
+    """`count` mutated seeds through `parse`, every one timed and under the run's peak RSS. Memory
+    is also measured (tracemalloc) on a seeded sample and on the slowest inputs, run again after
+    the run: `parse` must be deterministic."""
     rng, sample = random.Random(seed), random.Random(seed + 1)  # the sample draws apart: same inputs
     run = FuzzRun(name)
     names = sorted(mutations)
+    slowest: list[tuple[float, int, str]] = []  # (CPU time, index, text) of the slowest untraced inputs
+    resident = ResidentPeak()
     for index in range(count):
         kind = names[index % len(names)]
         text = mutations[kind](rng.choice(seeds), rng)
         what = f"#{index} {kind}"
         traced = sample.randrange(MEMORY_SHARE) == 0
         outcome, elapsed, peak = _parse_once(parse, text, traced)
-        if not traced and elapsed > SLOW_INPUT:
-            _, _, peak = _parse_once(parse, text, True)
-            traced = True
-        run.traced += traced
-        if outcome is None:
-            run.accepted += 1
-        elif isinstance(outcome, allowed):
-            run.refused += 1
-        else:  # the finding: recorded, asserted empty by the test
-            run.uncaught.append(f"{what}: {type(outcome).__name__}: {str(outcome)[:200]} (input starts {text[:120]!r})")
-        if peak > run.peak:
-            run.peak, run.peak_what = peak, what
-        if elapsed > run.slowest:
-            run.slowest, run.slowest_what = elapsed, what
-        run.inputs += 1
-        run.by_mutation[kind] += 1
+        resident.after(what)
+        if not traced:
+            _keep_slowest(slowest, (elapsed, index, text))
+        run.record(what, kind, outcome, allowed, elapsed, peak if traced else None, text)
+    run.resident_growth, run.resident_what = resident.growth(), resident.what
+    for _, index, text in slowest:
+        _, _, peak = _parse_once(parse, text, True)
+        run.record_peak(f"#{index} {names[index % len(names)]}", peak)
     return run
 
 
-def _parse_once(parse: Callable[[str], object], text: str, traced: bool) -> tuple[Exception | None, float, int]:
+def _keep_slowest(slowest: list[tuple[float, int, str]], entry: tuple[float, int, str]) -> None:
+    if len(slowest) < RETRACE_SLOWEST:
+        heapq.heappush(slowest, entry)
+    elif entry > slowest[0]:
+        heapq.heapreplace(slowest, entry)
+
+
+def _parse_once(
+    parse: Callable[[str], object], text: str, traced: bool
+) -> tuple[Exception | None, float, int]:
     """What `parse(text)` raised (None if it read it), its CPU time, and its memory peak in bytes
     (0 unless `traced`)."""
     if traced:

@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from agent.adapters.udp_probe import PACKET_SIZE, UdpResponder, UdpTransport, _packet
-from agent.probes.fabric_rtt import TokenBucket, allow_list, latch, summarise, within_band
-from agent.report import MAX_MEASUREMENTS, ComponentHealth, Health, NodeReport
+from agent.probes.fabric_rtt import TokenBucket, latch, summarise, within_band
+from agent.report import MAX_MEASUREMENTS
 
 T0 = 1_764_000_000.0  # 2025-11-24T16:00:00Z
 
@@ -49,16 +49,6 @@ def test_token_bucket_answers_a_burst_then_the_rate():
     bucket = TokenBucket(rate=10.0, burst=3.0)
     assert [bucket.allow(0.0) for _ in range(5)] == [True, True, True, False, False]
     assert bucket.allow(0.1) and not bucket.allow(0.1)  # 0.1 s at 10/s: one more
-
-
-def test_allow_list_is_the_probe_addresses_nodes_publish():
-    ok = {"cpu": ComponentHealth(Health.OK)}
-    reports = [
-        NodeReport("a", ok, probe_address="10.0.0.1"),
-        NodeReport("b", ok),  # measuring off: nothing to answer
-        NodeReport("c", ok, probe_address="10.0.0.3"),
-    ]
-    assert allow_list(reports) == {"10.0.0.1", "10.0.0.3"}
 
 
 @pytest.fixture

@@ -9,19 +9,20 @@ the metrics alone.
 
 Also here, because they are policy rather than I/O: the token bucket that rate-limits answers
 (time is a parameter), the transport interface the UDP adapter implements today and an RDMA one
-(perftest's ib_write_lat, or verbs) can implement later, and the allow-list of peer addresses
-taken from the NodeTopology reports. Pure: no sockets, no clock.
+(perftest's ib_write_lat, or verbs) can implement later. (Whom a responder answers is decided in
+agent.fabric_measure: the probe addresses of the nodes whose plan names it.) Pure: no sockets,
+no clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from agent.report import MAX_MEASUREMENTS, Measurement, NodeReport
+from agent.report import MAX_MEASUREMENTS, Measurement
 
 RELATIVE_BAND = 0.25  # a median that moves by less than a quarter is the same link
 ABSOLUTE_BAND_US = 20  # ... or by less than 20 us
@@ -99,14 +100,3 @@ class TokenBucket:
             self.tokens -= 1.0
             return True
         return False
-
-
-def allow_list(reports: Iterable[NodeReport]) -> frozenset[str]:
-    """Every cluster node's published probe address: the only senders a responder answers, and
-    the only addresses a prober sends to."""
-    return frozenset(r.probe_address for r in reports if r.probe_address)
-
-
-def peer_addresses(reports: Mapping[str, NodeReport]) -> Mapping[str, str]:
-    """Node name -> its probe address, for the nodes that publish one."""
-    return {name: r.probe_address for name, r in reports.items() if r.probe_address}

@@ -130,19 +130,19 @@ def test_kueues_real_crd_takes_the_topology_and_the_keeper_replaces_it(kueue_api
     keeper = TopologyKeeper(TopologyClient(kube), name=name)
     try:
         assert keeper.sync(_hypernodes("fat-tree-3tier.yaml"), now=0.0) == 1
-        live = json.loads(kueue_api.kubectl("get", "topology", name, "-o", "json").stdout)
+        live = json.loads(kueue_api.kubectl("get", "topologies.kueue.x-k8s.io", name, "-o", "json").stdout)
         assert live["apiVersion"] == "kueue.x-k8s.io/v1beta2"
         assert tuple(level["nodeLabel"] for level in live["spec"]["levels"]) == FAT_TREE
         # Kueue's CRD makes levels immutable: an in-place update is refused, so the keeper replaces
         edit = json.dumps({"spec": {"levels": [{"nodeLabel": "hypertopo.io/leaf"}, {"nodeLabel": HOSTNAME_LABEL}]}})
-        refused = kueue_api.kubectl("patch", "topology", name, "--type=merge", "-p", edit, check=False)
+        refused = kueue_api.kubectl("patch", "topologies.kueue.x-k8s.io", name, "--type=merge", "-p", edit, check=False)
         assert refused.returncode != 0 and "field is immutable" in refused.stderr
         assert keeper.sync(_hypernodes("small-tree.yaml"), now=1.0) == 2
-        live = json.loads(kueue_api.kubectl("get", "topology", name, "-o", "json").stdout)
+        live = json.loads(kueue_api.kubectl("get", "topologies.kueue.x-k8s.io", name, "-o", "json").stdout)
         assert [lv["nodeLabel"] for lv in live["spec"]["levels"]] == [
             "hypertopo.io/spine", "hypertopo.io/leaf", HOSTNAME_LABEL]
     finally:
-        kueue_api.kubectl("delete", "topology", name, "--ignore-not-found")
+        kueue_api.kubectl("delete", "topologies.kueue.x-k8s.io", name, "--ignore-not-found")
 
 
 @pytest.mark.apiserver
@@ -195,7 +195,7 @@ def test_the_aggregator_run_with_node_labels_keeps_a_topology_of_the_labels_it_w
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
         try:
             def topology() -> dict[str, Any] | None:
-                got = plane.kubectl("get", "topology", "hypertopo", "-o", "json", check=False)
+                got = plane.kubectl("get", "topologies.kueue.x-k8s.io", "hypertopo", "-o", "json", check=False)
                 assert proc.poll() is None, log.read_text()[-3000:]
                 return json.loads(got.stdout) if got.returncode == 0 else None
 

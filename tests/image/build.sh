@@ -36,6 +36,13 @@ podman build --pull=never --isolation=chroot --network=host -v /etc/ssl/certs:/e
   --label "io.hypertopo.sources=$sources" -t "$image" -f "$ctx/Dockerfile" "$ctx" > "$ctx.log" 2>&1 \
   || { tail -30 "$ctx.log" >&2; rm -f "$ctx.log"; exit 1; }
 rm -f "$ctx.log"
+# Earlier builds' final images, dangling once the tag moved on (~100 MB of venv each); the stages'
+# images stay, as the layer cache.
+for id in $(podman images --filter dangling=true --filter label=io.hypertopo.sources --format '{{.ID}}'); do
+  if [[ $(podman image inspect --format '{{.Config.User}}' "$id") == 65532 ]]; then
+    podman rmi "$id" >/dev/null 2>&1 || true
+  fi
+done
 size=$(podman image inspect --format '{{.Size}}' "$image")
 echo "image: built $image in $((SECONDS - start))s, $((size / 1000000)) MB" >&2
 echo "$image"

@@ -108,15 +108,26 @@ class TopologyKeeper:
         try:
             writes = self._converge(wanted)
         except ApiError as exc:
-            if exc.status == 404:  # the resource itself is not served: Kueue is not installed
-                if not self.seen.absent_api:
-                    log.info("%s's Topology API (%s) is not served; no Topology kept", self.owner, self.api_version)
-                self.seen = _Seen(wanted, now, absent_api=True)
-            else:
-                log.warning("%s Topology %s: %s; retrying next cycle", self.owner, self.name, exc)
+            self._failed(exc, wanted, now)
             return 0
         self.seen = _Seen(wanted if not self.foreign else (), now)
         return writes
+
+    def _failed(self, exc: ApiError, wanted: tuple[str, ...], now: float) -> None:
+        """Not served (the scheduler is not installed) or not permitted (RBAC without its
+        topologies, e.g. a newer image under older RBAC): said once, asked again rarely; anything
+        else is retried next cycle."""
+        if exc.status in (404, 403):
+            if not self.seen.absent_api:
+                if exc.status == 404:  # the resource itself is not served
+                    log.info("%s's Topology API (%s) is not served; no Topology kept", self.owner, self.api_version)
+                else:
+                    log.warning("%s Topology %s: not permitted (%s); grant get, create, delete on %s topologies "
+                                "(components/node-marks); no Topology kept", self.owner, self.name, exc,
+                                self.api_version.split("/")[0])
+            self.seen = _Seen(wanted, now, absent_api=True)
+        else:
+            log.warning("%s Topology %s: %s; retrying next cycle", self.owner, self.name, exc)
 
     def _converge(self, wanted: tuple[str, ...]) -> int:
         live = self.store.get(self.name)

@@ -19,6 +19,7 @@ import yaml
 from realparts import missing
 from test_kueue_topology import FAT_TREE, FakeStore, _hypernodes
 
+from agent.api_error import ApiError
 from aggregator.adapters.kai import KaiTopologyClient
 from aggregator.adapters.kube import connect
 from aggregator.kai_topology import API_VERSION, KaiTopologyKeeper, topology_object
@@ -55,6 +56,27 @@ def test_kai_absent_is_logged_once_and_asked_again_rarely(caplog: pytest.LogCapt
     assert said == ["KAI's Topology API (kai.scheduler/v1alpha1) is not served; no Topology kept"]
     keeper.sync(_hypernodes("small-tree.yaml"), now=ABSENT_RECHECK_SECONDS + 1)
     assert absent.calls == ["get", "get"]
+
+
+class ForbiddenStore(FakeStore):
+    def get(self, name: str) -> dict[str, Any] | None:
+        self.calls.append("get")
+        raise ApiError(403, "Forbidden", 'topologies.kai.scheduler "hypertopo" is forbidden')
+
+
+def test_without_rbac_for_kais_topologies_one_warning_and_asked_again_rarely(caplog: pytest.LogCaptureFixture) -> None:
+    """A newer image under older RBAC (no topologies.kai.scheduler): a warning naming the grant, not
+    one per reconcile."""
+    store = ForbiddenStore()
+    keeper = KaiTopologyKeeper(store)
+    with caplog.at_level(logging.INFO, logger="aggregator.kueue_topology"):
+        for now in (0.0, 1.0, 2.0):
+            assert keeper.sync(_hypernodes("small-tree.yaml"), now=now) == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "KAI Topology hypertopo: not permitted" in said[0] and "kai.scheduler" in said[0]
+    assert caplog.records[0].levelno == logging.WARNING
+    keeper.sync(_hypernodes("small-tree.yaml"), now=ABSENT_RECHECK_SECONDS + 1)
+    assert store.calls == ["get", "get"]
 
 
 def kai_crds() -> Path:

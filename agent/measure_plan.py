@@ -86,8 +86,9 @@ def _ordered(names: Iterable[str], seed: str) -> tuple[str, ...]:
     return tuple(sorted(names, key=lambda n: (_rank(seed, n), n)))
 
 
-def build_tree(domains: Iterable[Domain], *, seed: str = "") -> Tree:
-    """Resolves member nodes bottom-up (a domain's nodes are its children's nodes)."""
+def build_tree(domains: Iterable[Domain], *, seed: str = "", order: bool = True) -> Tree:
+    """Resolves member nodes bottom-up (a domain's nodes are its children's nodes), each domain's
+    in hash order (`order`: the plan needs it; a fold, which only looks nodes up, does not)."""
     by_name = {d.name: d for d in domains}
     parent: dict[str, str] = {}
     leaf_of: dict[str, str] = {}
@@ -105,7 +106,7 @@ def build_tree(domains: Iterable[Domain], *, seed: str = "") -> Tree:
             members: Iterable[str] = d.children
         else:
             members = [n for c in d.children if c in nodes and parent.get(c) == d.name for n in nodes[c]]
-        nodes[d.name] = _ordered(set(members), seed)
+        nodes[d.name] = _ordered(set(members), seed) if order else tuple(set(members))
     return Tree(by_name, nodes, parent, leaf_of)
 
 

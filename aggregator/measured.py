@@ -49,6 +49,8 @@ class Pair:
     loss_percent: float
     meet: str  # lowest common domain ("" when the tree does not join them)
     tier: int  # its tier (0 when not joined)
+    a_child: str = ""  # the child of `meet` each end is in ("" inside one leaf): sibling samples
+    b_child: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,28 +92,46 @@ class Fold:
         return out
 
 
-def _ancestors(tree: Tree, node: str) -> list[str]:
-    chain: list[str] = []
-    here = tree.leaf_of.get(node)
-    while here is not None and here not in chain:
-        chain.append(here)
-        here = tree.parent.get(here)
-    return chain
+def _chains(tree: Tree) -> dict[str, tuple[str, ...]]:
+    """Every node's domains from the root down (computed once: a fold touches each pair's two)."""
+    out = {}
+    for node, leaf in tree.leaf_of.items():
+        chain: list[str] = []
+        here: str | None = leaf
+        while here is not None and here not in chain:
+            chain.append(here)
+            here = tree.parent.get(here)
+        out[node] = tuple(reversed(chain))
+    return out
+
+
+def _meet(mine: tuple[str, ...], theirs: tuple[str, ...]) -> tuple[str, str, str]:
+    """(lowest common domain, the child of it each chain goes on to): chains from the root down."""
+    meet = ""
+    for x, y in zip(mine, theirs, strict=False):
+        if x != y:
+            return meet, x, y
+        meet = x
+    return meet, "", ""
 
 
 def pairs(tree: Tree, measured: Mapping[str, Sequence[Measurement]]) -> list[Pair]:
     """Every answered or lossy measurement as a pair placed in the tree (each node's first
     MAX_MEASUREMENTS only: reports are outside input)."""
-    chains: dict[str, list[str]] = {}
+    chains = _chains(tree)
+    tier_of = {name: d.tier for name, d in tree.domains.items()}
+    leaf_of = tree.leaf_of
+    placed: dict[tuple[str | None, str | None], tuple[str, int, str, str]] = {}  # per pair of leaves
     out = []
     for node, ms in measured.items():
-        mine = chains.setdefault(node, _ancestors(tree, node))
+        mine = chains.get(node, ())
         for m in ms[:MAX_MEASUREMENTS]:
-            theirs = chains.setdefault(m.peer, _ancestors(tree, m.peer))
-            common = set(theirs)
-            meet = next((d for d in mine if d in common), "")
-            tier = tree.domains[meet].tier if meet else 0
-            out.append(Pair(node, m.peer, m.p50_us, m.loss_percent, meet, tier))
+            key = (leaf_of.get(node), leaf_of.get(m.peer))
+            if key not in placed:
+                meet, a_child, b_child = _meet(mine, chains.get(m.peer, ()))
+                placed[key] = (meet, tier_of[meet] if meet else 0, a_child, b_child)
+            meet, tier, a_child, b_child = placed[key]
+            out.append(Pair(node, m.peer, m.p50_us, m.loss_percent, meet, tier, a_child, b_child))
     return out
 
 
@@ -126,10 +146,9 @@ def _domain_figures(tree: Tree, found: Sequence[Pair]) -> dict[str, DomainFigure
         if not p.meet or p.loss_percent >= 100:
             continue
         inside[p.meet].append(p.p50_us)
-        for end in (p.a, p.b):  # the child of `meet` each end is in has a sibling sample
-            child = next((d for d in _ancestors(tree, end) if tree.parent.get(d) == p.meet), None)
-            if child:
-                towards[child].append(p.p50_us)
+        if p.a_child:  # the child of `meet` each end is in has a sibling sample
+            towards[p.a_child].append(p.p50_us)
+            towards[p.b_child].append(p.p50_us)
     return {
         name: DomainFigures(
             _median(inside[name]), len(inside[name]), _median(towards[name]), len(towards[name])
@@ -188,14 +207,20 @@ def _slow_in_leaf(found: Sequence[Pair], tiers: Mapping[int, int]) -> list[Measu
     return out
 
 
-def _per_node_leaf_latency(tree: Tree, found: Sequence[Pair]) -> dict[str, dict[str, list[int]]]:
-    by: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+def _per_node_leaf_latency(tree: Tree, found: Sequence[Pair], cut: float) -> dict[str, dict[str, list[int]]]:
+    """Per node, its p50s grouped by the other end's leaf: only for nodes with a leaf-like round
+    trip to another leaf (no other node can measure like another leaf), so a healthy fabric costs
+    one pass over the pairs."""
+    suspects = {
+        end for p in found if p.tier > 1 and p.loss_percent < 100 and p.p50_us < cut for end in (p.a, p.b)
+    }
+    by: dict[str, dict[str, list[int]]] = {node: defaultdict(list) for node in suspects}
     for p in found:
-        if p.loss_percent >= 100:
+        if p.loss_percent >= 100 or not (p.a in by or p.b in by):
             continue
         for me, other in ((p.a, p.b), (p.b, p.a)):
             leaf = tree.leaf_of.get(other)
-            if leaf:
+            if leaf and me in by:
                 by[me][leaf].append(p.p50_us)
     return by
 
@@ -205,7 +230,7 @@ def _other_leaf(tree: Tree, found: Sequence[Pair], tiers: Mapping[int, int]) -> 
     if cut is None:
         return []
     out = []
-    for node, by_leaf in sorted(_per_node_leaf_latency(tree, found).items()):
+    for node, by_leaf in sorted(_per_node_leaf_latency(tree, found, cut).items()):
         own = tree.leaf_of.get(node)
         medians = {leaf: statistics.median(v) for leaf, v in by_leaf.items()}
         best = min(medians, key=lambda leaf: (medians[leaf], leaf))
@@ -232,7 +257,7 @@ def _lossy(found: Sequence[Pair]) -> list[MeasuredFinding]:
 
 def fold(domains: Iterable[Domain], measured: Mapping[str, Sequence[Measurement]]) -> Fold:
     """Per-domain figures, the tier profile and the findings for one set of measurements."""
-    tree = build_tree(domains)
+    tree = build_tree(domains, order=False)
     found = pairs(tree, measured)
     tiers = _tier_profile(found)
     findings = [*_slow_in_leaf(found, tiers), *_other_leaf(tree, found, tiers), *_lossy(found)]

@@ -1,0 +1,133 @@
+"""Measured-fabric benchmark: what the probe plan costs per node at 10k nodes, and how long the
+aggregator takes to fold 10k nodes' measurements (target < 1 s).
+
+    python tests/bench_measure.py [--nodes 10240] [--count 20] [--interval 300] [--runs 3]
+
+The cluster is a three-tier fat tree (leaves of 32 nodes, spines of 16 leaves, one root). Figures:
+plan size and in-degree per node (against the N-1 peers of all-pairs probing), datagrams and bytes
+per node per hour on the fabric at --count probes per peer every --interval seconds, the agent's
+CPU seconds per hour for its rounds (one real UDP round on loopback, timed with process_time),
+the time every agent takes to compute the plan, and the time to fold the cluster's measurements
+and to infer leaves from them (best of --runs). Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agent.adapters.udp_probe import PACKET_SIZE, UdpResponder, UdpTransport
+from agent.measure_plan import Domain, in_degree, plan
+from agent.report import Measurement
+from aggregator.measured import fold, infer_leaves
+
+WIRE_BYTES = PACKET_SIZE + 8 + 20 + 14  # UDP, IPv4 and Ethernet headers around the probe
+
+
+def fat_tree(nodes: int, leaf_size: int = 32, leaves_per_spine: int = 16) -> list[Domain]:
+    leaves = [
+        Domain(f"leaf{i}", 1, tuple(f"n{j}" for j in range(i * leaf_size, min(nodes, (i + 1) * leaf_size))))
+        for i in range((nodes + leaf_size - 1) // leaf_size)
+    ]
+    spines = [
+        Domain(
+            f"spine{s}", 2, tuple(lf.name for lf in leaves[s * leaves_per_spine : (s + 1) * leaves_per_spine])
+        )
+        for s in range((len(leaves) + leaves_per_spine - 1) // leaves_per_spine)
+    ]
+    return [*leaves, *spines, Domain("root", 3, tuple(s.name for s in spines))]
+
+
+def best(runs: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
+def synthetic(domains: list[Domain], plans: Any) -> dict[str, list[Measurement]]:
+    """10 us inside a leaf, 25 us inside a spine, 60 us across the root."""
+    leaf = {n: d.name for d in domains if d.tier == 1 for n in d.children}
+    spine = {lf: d.name for d in domains if d.tier == 2 for lf in d.children}
+
+    def rtt(a: str, b: str) -> int:
+        if leaf[a] == leaf[b]:
+            return 10
+        return 25 if spine[leaf[a]] == spine[leaf[b]] else 60
+
+    return {
+        a: [
+            Measurement(p.peer, rtt(a, p.peer), rtt(a, p.peer) * 2, 0.0, 20, "2026-11-25T18:00:00Z")
+            for p in ps
+        ]
+        for a, ps in plans.items()
+    }
+
+
+def agent_cpu_per_round(peers: int, count: int) -> float:
+    """CPU seconds of one real UDP round (peers x count probes) on loopback, prober and responder."""
+    responder = UdpResponder(
+        "127.0.0.1", port=0, allowed=lambda: frozenset({"127.0.0.2"}), rate=1e6, burst=1e6
+    )
+    responder.start()
+    try:
+        transport = UdpTransport("127.0.0.2", port=responder.port, gap=0.0)
+        start = time.process_time()
+        for _ in range(peers):
+            transport.round_trips("127.0.0.1", count)
+        return time.process_time() - start
+    finally:
+        responder.stop()
+
+
+def main() -> None:
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--nodes", type=int, default=10240)
+    args.add_argument("--count", type=int, default=20)
+    args.add_argument("--interval", type=float, default=300.0)
+    args.add_argument("--runs", type=int, default=3)
+    opts = args.parse_args()
+    domains = fat_tree(opts.nodes)
+    plan_s, plans = best(opts.runs, lambda: plan(domains))
+    sizes = [len(ps) for ps in plans.values()]
+    degree = list(in_degree(plans).values())
+    rounds_per_hour = 3600 / opts.interval
+    # a node's datagrams: its probes and their answers, and its answers to those who probe it
+    per_node_hour = [(2 * s) * opts.count * rounds_per_hour for s in sizes]
+    measured = synthetic(domains, plans)
+    fold_s, result = best(opts.runs, lambda: fold(domains, measured))
+    infer_s, guess = best(opts.runs, lambda: infer_leaves(measured))
+    cpu_round = agent_cpu_per_round(max(sizes), opts.count)
+    figures = {
+        "nodes": opts.nodes,
+        "tiers": 3,
+        "plan_peers_per_node": {"max": max(sizes), "mean": round(statistics.mean(sizes), 2)},
+        "all_pairs_peers_per_node": opts.nodes - 1,
+        "plan_vs_all_pairs": round(max(sizes) / (opts.nodes - 1), 5),
+        "in_degree": {"max": max(degree), "mean": round(statistics.mean(degree), 2)},
+        "datagrams_per_node_per_hour": round(max(per_node_hour)),
+        "fabric_bytes_per_node_per_hour": round(max(per_node_hour) * WIRE_BYTES),
+        "cluster_datagrams_per_second": round(sum(per_node_hour) / 3600, 1),
+        "agent_cpu_s_per_round": round(cpu_round, 4),
+        "agent_cpu_s_per_hour": round(cpu_round * rounds_per_hour, 3),
+        "plan_whole_cluster_s": round(plan_s, 3),
+        "fold_s": round(fold_s, 3),
+        "fold_target_s": 1.0,
+        "infer_leaves_s": round(infer_s, 3),
+        "pairs_folded": sum(len(ms) for ms in measured.values()),
+        "tier_profile_us": result.tiers,
+        "leaf_groups_inferred": len(guess.groups),
+        "leaves_in_tree": sum(1 for d in domains if d.tier == 1),
+        "findings": len(result.findings),
+    }
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

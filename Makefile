@@ -22,4 +22,5 @@ bench: setup
 	$(VENV)/bin/python tests/bench_aggregator.py
 	$(VENV)/bin/python tests/bench_placement.py
 	$(VENV)/bin/python tests/bench_scheduler_events.py
+	$(VENV)/bin/python tests/bench_measure.py
 	$(VENV)/bin/python tests/bench_memory.py --inprocess 5000

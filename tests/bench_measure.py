@@ -5,7 +5,7 @@ aggregator takes to fold 10k nodes' measurements (target < 1 s).
 
 The cluster is a three-tier fat tree (leaves of 32 nodes, spines of 16 leaves, one root). Figures:
 plan size and in-degree per node (against the N-1 peers of all-pairs probing), datagrams and bytes
-per node per hour on the fabric at --count probes per peer every --interval seconds, the agent's
+a node sends per hour (its probes and its answers) at --count probes per peer every --interval seconds, the agent's
 CPU seconds per hour for its rounds (one real UDP round on loopback, timed with process_time),
 the time every agent takes to compute the plan, and the time to fold the cluster's measurements
 and to infer leaves from them (best of --runs). Prints JSON.
@@ -98,8 +98,10 @@ def main() -> None:
     sizes = [len(ps) for ps in plans.values()]
     degree = list(in_degree(plans).values())
     rounds_per_hour = 3600 / opts.interval
-    # a node's datagrams: its probes and their answers, and its answers to those who probe it
-    per_node_hour = [(2 * s) * opts.count * rounds_per_hour for s in sizes]
+    # what a node's fabric NIC sends: its own probes, and its answers to the nodes that probe it
+    # (it receives as many: their answers and their probes); the cluster carries each probe twice
+    incoming = in_degree(plans)
+    sent_per_hour = [(len(ps) + incoming.get(n, 0)) * opts.count * rounds_per_hour for n, ps in plans.items()]
     measured = synthetic(domains, plans)
     fold_s, result = best(opts.runs, lambda: fold(domains, measured))
     infer_s, guess = best(opts.runs, lambda: infer_leaves(measured))
@@ -111,9 +113,9 @@ def main() -> None:
         "all_pairs_peers_per_node": opts.nodes - 1,
         "plan_vs_all_pairs": round(max(sizes) / (opts.nodes - 1), 5),
         "in_degree": {"max": max(degree), "mean": round(statistics.mean(degree), 2)},
-        "datagrams_per_node_per_hour": round(max(per_node_hour)),
-        "fabric_bytes_per_node_per_hour": round(max(per_node_hour) * WIRE_BYTES),
-        "cluster_datagrams_per_second": round(sum(per_node_hour) / 3600, 1),
+        "datagrams_sent_per_node_per_hour": round(max(sent_per_hour)),
+        "bytes_sent_per_node_per_hour": round(max(sent_per_hour) * WIRE_BYTES),
+        "cluster_datagrams_per_second": round(2 * sum(sizes) * opts.count * rounds_per_hour / 3600, 1),
         "agent_cpu_s_per_round": round(cpu_round, 4),
         "agent_cpu_s_per_hour": round(cpu_round * rounds_per_hour, 3),
         "plan_whole_cluster_s": round(plan_s, 3),

@@ -85,18 +85,19 @@ def start_measuring(
     """The measuring loop and its started responder, or None when --measure-fabric is not given."""
     if not args.measure_fabric:
         return None
-    from agent.adapters.fabric_cluster import cluster_view
+    from agent.adapters.fabric_cluster import ProbeAddresses, cluster_view
     from agent.adapters.kube import connect
     from agent.adapters.udp_probe import UdpResponder, UdpTransport
     from agent.fabric_measure import FabricMeasure
 
     kube = connect(kubeconfig, timeout=(2.0, 10.0))
+    addresses = ProbeAddresses(kube)
     address, port, interface = args.measure_fabric, args.measure_port, args.measure_interface
     measure = FabricMeasure(
         node=node_name,
         address=address,
         transport=UdpTransport(address, port=port, interface=interface),
-        cluster=lambda: cluster_view(kube),
+        cluster=lambda: cluster_view(kube, addresses),
         count=args.measure_count,
         interval=args.measure_interval,
     )

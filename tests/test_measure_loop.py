@@ -93,3 +93,50 @@ def test_the_report_carries_the_probe_address_and_the_latched_measurements():
     measure.round()
     report = measure.stamp(NodeReport("a1", {"host": ComponentHealth(Health.OK)}))
     assert report.probe_address == "10.0.0.1" and report.measurements == measure.measurements
+
+
+class FakeKube:
+    """GETs of NodeTopology objects from a table, counted; a name not in it is a 404."""
+
+    def __init__(self, objects: dict) -> None:
+        self.objects = objects
+        self.gets: list[str] = []
+
+    def get(self, resource, name):
+        from agent.api_error import ApiError
+
+        self.gets.append(name)
+        if name not in self.objects:
+            raise ApiError(404, "NotFound")
+        return self.objects[name]
+
+
+def test_probe_addresses_are_read_once_per_node_and_kept_until_their_time_is_up():
+    from agent.adapters.fabric_cluster import ProbeAddresses
+
+    now = [0.0]
+    kube = FakeKube({"a2": {"spec": {"probeAddress": "10.0.0.2"}}, "a3": {"spec": {}}})
+    addresses = ProbeAddresses(kube, ttl=3600, miss_ttl=300, clock=lambda: now[0])
+    assert addresses.get("a2") == "10.0.0.2" and addresses.get("a2") == "10.0.0.2"
+    assert "a3" not in addresses and "gone" not in addresses  # not measuring; no report at all
+    assert kube.gets == ["a2", "a3", "gone"] and dict(addresses) == {"a2": "10.0.0.2"}
+    now[0] = 301.0  # misses are asked again after a round, known addresses kept
+    assert "a3" not in addresses and addresses.get("a2") == "10.0.0.2"
+    assert kube.gets == ["a2", "a3", "gone", "a3"]
+    now[0] = 3700.0
+    addresses.get("a2")
+    assert kube.gets[-1] == "a2"
+
+
+def test_an_api_server_away_is_an_error_not_a_missing_address():
+    import pytest
+
+    from agent.adapters.fabric_cluster import ProbeAddresses
+    from agent.api_error import ApiError
+
+    class Away(FakeKube):
+        def get(self, resource, name):
+            raise ApiError(0, "Unreachable")
+
+    with pytest.raises(ApiError):
+        ProbeAddresses(Away({})).get("a2")

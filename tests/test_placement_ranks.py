@@ -29,7 +29,7 @@ def _hypernode(name: str, tier: int, members: list[dict[str, Any]]) -> dict[str,
 
 
 def random_tree(rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, Resources]]:
-    """1-4 tiers, 1-4 children per HyperNode, names unpadded (`n2` vs `n10`, `t1-2` vs `t1-10`)
+    """1-4 tiers, 1-4 children per HyperNode (some skipping tiers; a second root maybe lower), names unpadded (`n2` vs `n10`, `hn2` vs `hn10`)
     and created in shuffled order; some nodes sit directly under a higher tier or in no HyperNode;
     free GPUs fragmented (0-8 of 8 free)."""
     objs: list[dict[str, Any]] = []
@@ -45,19 +45,22 @@ def random_tree(rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, Res
         return _member("Node", name)
 
     def subtree(tier: int) -> str:
-        name = f"t{tier}-{next(domain_ids)}"
+        name = f"hn{next(domain_ids)}"  # the name says nothing of the tier
         if tier == 1:
             members = [node() for _ in range(rng.randint(1, 4))]
         else:
-            members = [_member("HyperNode", subtree(tier - 1)) for _ in range(rng.randint(1, 4))]
+            # now and then a child skips tiers (a leaf straight under a spine)
+            members = [_member("HyperNode", subtree(tier - 1 if rng.random() < 0.8 else rng.randint(1, tier - 1)))
+                       for _ in range(rng.randint(1, 4))]
             if rng.random() < 0.2:
                 members.append(node())  # a node joining this tier directly
         objs.append(_hypernode(name, tier, members))
         return name
 
     top = rng.randint(1, 4)
-    for _ in range(rng.randint(1, 2)):
-        subtree(top)
+    subtree(top)
+    if rng.random() < 0.5:
+        subtree(rng.randint(1, top))  # a second root, maybe lower
     if rng.random() < 0.2:
         node()  # a node in no HyperNode
     rng.shuffle(objs)
@@ -81,7 +84,7 @@ def rank_order_nodes(assignments: dict[str, str], pods: tuple[PodSpec, ...]) -> 
 def test_rank_order_crosses_the_fewest_domain_boundaries_at_every_tier_on_random_fragmented_trees() -> None:
     rng = random.Random(24)
     placed = 0
-    for _ in range(300):
+    for _ in range(400):
         objs, free = random_tree(rng)
         topology = build(objs)
         gang = random_gang(rng)

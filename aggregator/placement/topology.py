@@ -216,7 +216,7 @@ def _index(domains: dict[str, Domain], node_leaf: dict[str, str], problems: list
     return Topology(domains=domains, node_leaf=node_leaf, tier_names=tier_names, chains=chains,
                     leaves_below={k: tuple(v) for k, v in leaves_below.items()},
                     by_tier={k: tuple(v) for k, v in by_tier.items()}, usable=usable,
-                    problems=tuple(problems), fabric_position=fabric_positions(domains, node_leaf, chains))
+                    problems=tuple(problems), fabric_position=fabric_positions(domains))
 
 
 def natural(text: str) -> Natural:
@@ -227,23 +227,26 @@ def natural(text: str) -> Natural:
     return tuple(parts), text
 
 
-def fabric_positions(domains: Mapping[str, Domain], node_leaf: Mapping[str, str],
-                     chains: Mapping[str, tuple[str, ...]]) -> dict[str, int]:
+def fabric_positions(domains: Mapping[str, Domain]) -> dict[str, int]:
     """Every node's place in fabric order: by its HyperNode at every tier from the top down (none
     first, so every domain's nodes stay contiguous), then by its name, all in natural order.
 
     Why here: the order is a property of the tree, and the names' natural keys cost a few
     microseconds each; computed once per build, a decision orders its nodes by one lookup each
-    instead of parsing a few hundred node and HyperNode names (`ranks.in_fabric_order`)."""
-    slot = {tier: i for i, tier in enumerate(sorted({d.tier for d in domains.values()}, reverse=True))}
-    place = {name: i for i, name in enumerate(sorted(domains, key=natural))}  # within a tier: natural order
-    paths: dict[str, tuple[int, ...]] = {}
-    for leaf in set(node_leaf.values()):
-        path = [-1] * len(slot)
-        for domain in chains[leaf]:  # nearest first; a farther one at the same tier wins, as in ranks.fabric_key
-            path[slot[domains[domain].tier]] = place[domain]
-        paths[leaf] = tuple(path)
-    order = sorted(node_leaf, key=lambda node: (paths[node_leaf[node]], natural(node)))
+    instead of parsing a few hundred node and HyperNode names (`ranks.in_fabric_order`).
+
+    How: a walk down the tree, each domain's own nodes first (nothing below them at any lower
+    tier), then its children, lower tiers first (a child that skips tiers has nothing where its
+    siblings have a domain), then by name. Only siblings are sorted, never all nodes at once."""
+    def sibling(domain: Domain) -> tuple[int, Natural]:
+        return domain.tier, natural(domain.name)
+
+    order: list[str] = []
+    stack = sorted((d for d in domains.values() if d.parent is None), key=sibling, reverse=True)
+    while stack:
+        domain = stack.pop()
+        order.extend(sorted(domain.nodes, key=natural))
+        stack.extend(sorted((domains[c] for c in domain.children), key=sibling, reverse=True))
     return {node: i for i, node in enumerate(order)}
 
 

@@ -91,7 +91,7 @@ def start_measuring(
     from agent.fabric_measure import FabricMeasure
 
     kube = connect(kubeconfig, timeout=(2.0, 10.0))
-    addresses = ProbeAddresses(kube)
+    addresses = ProbeAddresses(kube, miss_ttl=args.measure_interval)  # a peer turning measuring on
     address, port, interface = args.measure_fabric, args.measure_port, args.measure_interface
     measure = FabricMeasure(
         node=node_name,

@@ -263,3 +263,19 @@ def test_the_simulator_counts_recoveries_that_kept_their_tier_with_and_without_s
     # train's spare stood idle the 10 s before the fault; fill then starts at 1000 s on the 5 nodes
     # left (4 + its spare) and holds its spare until it ends at 2000 s: 8 GPUs x (10 + 1000) s
     assert with_spares["spare_gpu_hours"] == round(8 * (10 + 1000) / 3600, 2)
+
+
+def test_spare_options_accept_counts_and_shares_and_refuse_the_rest_in_one_line() -> None:
+    import argparse
+
+    from aggregator.placement.cli import spare_value
+    from aggregator.placement.scheduler import spare_default
+
+    assert spare_value(" 10% ") == "10%"
+    assert spare_default("team-a=2") == ("team-a", "2")
+    assert spare_default("*=5%") == ("*", "5%")
+    for bad in ("team-a", "=2", "team-a=lots", "team-a=101%"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            spare_default(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 64"):
+        spare_value("65")

@@ -45,11 +45,20 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                      help="node failures in the synthetic trace (default: one per 50 jobs)")
     sim.add_argument("--fault-policy", default="restart-gang", choices=("restart-pods", "restart-gang", "none"),
                      help="on_fabric_fault of the synthetic trace's jobs (default restart-gang)")
-    sim.add_argument("--spare-nodes", default="", metavar="N|P%",
+    sim.add_argument("--spare-nodes", default="", metavar="N|P%", type=spare_value,
                      help="every gang of more than one pod asks this many warm spares (hypertopo.io/spare-nodes); "
                           "the same trace is replayed without spares too, and both are printed")
     add_common_arguments(sim, top=False)
     sim.set_defaults(handler=_simulate)
+
+
+def spare_value(text: str) -> str:
+    """A `hypertopo.io/spare-nodes` value given as an option (a bad one: one line, exit 2)."""
+    try:
+        spares.parse_request(text, 100)
+    except spares.SpareRequestError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -62,11 +71,6 @@ def _simulate(args: argparse.Namespace) -> int:
             on_fabric_fault=args.fault_policy)
     except (ModelError, TraceError) as exc:  # a file that cannot be used: input, exit 1
         print(f"hypertopo-scheduler simulate: {one_line(str(exc), width=600)}", file=sys.stderr)
-        return EXIT_INPUT
-    try:
-        spares.parse_request(args.spare_nodes, 100)
-    except spares.SpareRequestError as exc:
-        print(f"hypertopo-scheduler simulate: --spare-nodes: {exc}", file=sys.stderr)
         return EXIT_INPUT
     topology = build(model_hypernodes(model))
     capacity = node_capacity(nodes, args.gpus_per_node)

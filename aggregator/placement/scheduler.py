@@ -579,6 +579,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between looks at every tracked gang's FabricHealthy condition and whole-time "
                              f"ratio besides those its changes trigger (default {d.health_sweep_seconds:.0f})")
     parser.add_argument("--spare-nodes-default", action="append", default=[], metavar="NAMESPACE=N|P%",
+                        type=spare_default,
                         help="hypertopo.io/spare-nodes for the gangs of NAMESPACE that do not say (repeatable; "
                              "`*` for every namespace)")
     parser.add_argument("--resync", type=float, default=d.resync_seconds, help="retry unschedulable gangs every N seconds")
@@ -599,26 +600,23 @@ def options_from(args: argparse.Namespace) -> Options:
                    unknown_grace_seconds=args.unknown_grace, resync_seconds=args.resync,
                    degraded_restart_seconds=args.degraded_restart_after,
                    remediate_only=args.remediate_only, namespace=args.namespace,
-                   health_sweep_seconds=args.health_sweep, spare_defaults=spare_defaults(args.spare_nodes_default),
+                   health_sweep_seconds=args.health_sweep, spare_defaults=dict(args.spare_nodes_default),
                    breaker=BreakerPolicy(enabled=not args.no_breaker, window_seconds=args.breaker_window,
                                          hold_seconds=args.breaker_hold, fraction=args.breaker_fraction,
                                          threshold_nodes=args.breaker_threshold, settle_seconds=args.breaker_settle))
 
 
-def spare_defaults(items: list[str]) -> dict[str, str]:
-    """`--spare-nodes-default NAMESPACE=VALUE` items -> namespace -> value (`*` is every namespace
-    not named); a bad item is a one-line SystemExit naming the flag."""
-    out: dict[str, str] = {}
-    for item in items[:1000]:
-        namespace, _, value = item.partition("=")
-        try:
-            spares.parse_request(value, 100)
-        except spares.SpareRequestError as exc:
-            raise SystemExit(f"--spare-nodes-default {item[:80]!r}: {exc}") from None
-        if not namespace or not value:
-            raise SystemExit(f"--spare-nodes-default {item[:80]!r}: expected NAMESPACE=N or NAMESPACE=P%")
-        out[namespace] = value
-    return out
+def spare_default(item: str) -> tuple[str, str]:
+    """One `--spare-nodes-default NAMESPACE=VALUE` (`*`: every namespace not named); a bad one is
+    one line and exit 2, as argparse reports any option."""
+    namespace, _, value = item.partition("=")
+    if not namespace.strip() or not value.strip():
+        raise argparse.ArgumentTypeError("expected NAMESPACE=N or NAMESPACE=P%")
+    try:
+        spares.parse_request(value, 100)
+    except spares.SpareRequestError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return namespace.strip(), value.strip()
 
 
 def run(args: argparse.Namespace) -> int:

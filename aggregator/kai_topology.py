@@ -19,18 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from aggregator.kueue_topology import DEFAULT_NAME, MANAGED_BY, TopologyKeeper
+from aggregator import kueue_topology
+from aggregator.kueue_topology import DEFAULT_NAME, TopologyKeeper
 
 API_VERSION = "kai.scheduler/v1alpha1"
 
 
 def topology_object(levels: Iterable[str], name: str = DEFAULT_NAME) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Topology",
-        "metadata": {"name": name, "labels": dict(MANAGED_BY)},
-        "spec": {"levels": [{"nodeLabel": key} for key in levels]},
-    }
+    return kueue_topology.topology_object(levels, name, API_VERSION)
 
 
 class KaiTopologyKeeper(TopologyKeeper):

@@ -50,9 +50,10 @@ def levels_of(hypernodes: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     return (*keys, HOSTNAME_LABEL)
 
 
-def topology_object(levels: Iterable[str], name: str = DEFAULT_NAME) -> dict[str, Any]:
+def topology_object(levels: Iterable[str], name: str = DEFAULT_NAME, api_version: str = API_VERSION) -> dict[str, Any]:
+    """The Topology of these levels (Kueue's; KAI's is the same object under its own apiVersion)."""
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": api_version,
         "kind": "Topology",
         "metadata": {"name": name, "labels": dict(MANAGED_BY)},
         "spec": {"levels": [{"nodeLabel": key} for key in levels]},

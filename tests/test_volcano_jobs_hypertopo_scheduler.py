@@ -10,6 +10,7 @@ test runs on a control plane of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -27,12 +28,20 @@ pytestmark = pytest.mark.apiserver
 FAULT = "hypertopo.io/on-fabric-fault"
 
 
-@pytest.fixture(scope="module")
-def plane() -> Iterator[ControlPlane]:
+@contextlib.contextmanager
+def volcano_job_plane() -> Iterator[ControlPlane]:
+    """A control plane of its own with kwok and Volcano's controllers (no vc-scheduler) and the
+    default Queue: the job controller acts on every Job of the API server."""
     with private_plane() as cp, kwok_running(cp, config=keep_running_stages(cp.workdir)), volcano_running(cp, scheduler=False, controller_manager=True):
         queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"},
                  "spec": {"weight": 1, "reclaimable": True}}
         cp.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(queue))
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    with volcano_job_plane() as cp:
         yield cp
 
 

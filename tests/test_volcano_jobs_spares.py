@@ -12,11 +12,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from aggregator_controller_kit import private_plane
 from controlplane.harness import ControlPlane
-from placement_live import Cluster, keep_running_stages, kwok_running, wait_for
-from test_volcano_jobs_hypertopo_scheduler import job_body, job_phase, podgroup_of
-from volcano_live import volcano_running
+from placement_live import Cluster, wait_for
+from test_volcano_jobs_hypertopo_scheduler import job_body, job_phase, podgroup_of, volcano_job_plane
 
 from aggregator.placement import spares
 from aggregator.placement.adapters import kube
@@ -27,10 +25,7 @@ FAULT = "hypertopo.io/on-fabric-fault"
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
-    with private_plane() as cp, kwok_running(cp, config=keep_running_stages(cp.workdir)), volcano_running(cp, scheduler=False, controller_manager=True):
-        queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"},
-                 "spec": {"weight": 1, "reclaimable": True}}
-        cp.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(queue))
+    with volcano_job_plane() as cp:
         yield cp
 
 

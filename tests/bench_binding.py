@@ -152,14 +152,14 @@ def measure(plane: ControlPlane, *, pods: int = 2000, gang: int = 4, nodes: int 
                 "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
                 # PodGroup status writes yield to pending binds (status_writer): those not yet
                 # written when the last pod is bound come after the window
-                "status_writes_after_window": gangs - sched.status.completed,
+                "status_writes_after_window": gangs - sched.status.status_completed,
             }
             # every gang's PodGroup status written (one write each), and the control plane's CPU
             # up to then: the work the window left out, shown next to the window's own
             deadline = time.monotonic() + timeout
-            while sched.status.completed < gangs and time.monotonic() < deadline:
+            while sched.status.status_completed < gangs and time.monotonic() < deadline:
                 time.sleep(0.01)
-            result["status_written"] = sched.status.completed
+            result["status_written"] = sched.status.status_completed
             result["status_done_after_s"] = round(time.monotonic() - t0, 3)
             result["server_cpu_s_with_later_status"] = servers.since_start()
         finally:

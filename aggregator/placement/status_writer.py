@@ -61,6 +61,7 @@ class StatusWriter:
         self._stopping = False
         self.written: dict[Target, dict[str, Any]] = {}  # what was queued last, per PodGroup
         self.completed = 0  # writes the API server accepted (benchmarks, tests)
+        self.status_completed = 0  # of which PodGroup status writes (not rank maps or hostfiles)
 
     def shutdown(self) -> None:
         """Writes everything still queued (deferred writes included), then stops the writer."""
@@ -219,6 +220,8 @@ class StatusWriter:
             self.on_failure(target)
         else:
             self.completed += 1
+            if flavour in (XK8S, VOLCANO):
+                self.status_completed += 1
 
     def _write_hostfile(self, config_map: dict[str, Any]) -> None:
         """Creates the ConfigMap, or updates it when it exists and is ours (`hostfile.update_patch`:

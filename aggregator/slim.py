@@ -43,7 +43,7 @@ Obj = dict[str, Any]
 OUR_MANAGERS = frozenset({LABEL_MANAGER, DEGRADED_MANAGER})
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 POD_SPEC_KEPT = ("nodeName", "schedulerName", "nodeSelector", "tolerations", "affinity", "overhead",
-                 "priority", "priorityClassName", "topologySpreadConstraints")
+                 "priority", "priorityClassName", "topologySpreadConstraints", "schedulingGroup")
 POD_STATUS_KEPT = ("phase", "conditions", "nominatedNodeName")
 # report parts shared between reports when equal: value objects, never a node's own identity
 SHARED_CLASSES = (NvLink, ComponentHealth, GpuFabric, NvLinkDomain)

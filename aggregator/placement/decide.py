@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import core, degraded, nested, ranks, spares, subgroups, volcano
+from aggregator.placement import core, degraded, nested, ranks, spares, subgroups, upstream, volcano
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec, Unplaceable, limits_from_annotations
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.resources import Resources, pod_request
@@ -97,11 +97,14 @@ def _spec_name(key: PodKey) -> str:
 
 
 def gang_limits(view: GangView) -> volcano.Topology:
-    """The gang's topology limits: a Volcano PodGroup's `spec.networkTopology` when it has one,
-    else Volcano's annotations (PodGroup, Job or pod). A gang of one without any is soft."""
+    """The gang's topology limits: a Volcano PodGroup's `spec.networkTopology` when it has one, a
+    Kubernetes PodGroup's topology key (hard, up to the tier the key names: `upstream.py`), else
+    Volcano's annotations (PodGroup, Job or pod). A gang of one without any is soft."""
     from_spec = volcano.network_topology(volcano.spec(view.podgroup).get("networkTopology")) if view.is_volcano else None
     if from_spec is not None:
         return from_spec
+    if view.is_upstream and (key := upstream.topology_key(view.podgroup)):
+        return volcano.Topology(Mode.HARD, None, upstream.tier_name(key) or key)
     mode, tier, tier_name = limits_from_annotations(view.annotations)
     if not view.is_group and not view.annotations.get("volcano.sh/network-topology-mode"):
         mode = Mode.SOFT
@@ -162,6 +165,8 @@ def decide(
     of equally good placements, one without `degraded_nodes` (`degraded.prefer_healthy`).
     `reserved`: every gang's spares (`spares`): others' are off limits unless the pods are
     preemptible, the gang's own take its re-placed pods first."""
+    if view.is_upstream and (problem := upstream.key_problem(view.podgroup, topology)):
+        return Decision(view, {}, None, reason=problem)
     excluded = filter_nodes(state, view.pending, filter_cache)
     reserved = reserved or {}
     _exclude_reserved(excluded, view, reserved)

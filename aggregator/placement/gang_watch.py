@@ -24,20 +24,28 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import gang_health, podgroups, volcano
+from aggregator.placement import gang_health, podgroups, upstream
 from aggregator.placement.events import EventRecorder, rfc3339
 from aggregator.placement.gang_health import Verdict
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.recovery import GangClock, Look
 from aggregator.placement.scheduler_metrics import SchedulerMetrics
-from aggregator.placement.state import SINGLE, VOLCANO, ClusterState, PodKey, gang_ref, pod_key
+from aggregator.placement.state import (
+    GROUP_KINDS,
+    K8S,
+    SINGLE,
+    VOLCANO,
+    ClusterState,
+    PodKey,
+    gang_ref,
+    pod_key,
+)
 from aggregator.placement.status_writer import ANNOTATIONS, StatusWriter
 from aggregator.placement.topology import Topology
 
 log = logging.getLogger("hypertopo.scheduler")
 RATIO_ANNOTATION = "hypertopo.io/whole-time-ratio"
 RATIO_STEP = 0.01  # the annotation is rewritten when the ratio moved at least this much
-XK8S_API = "scheduling.x-k8s.io/v1alpha1"
 ENDED = ("Completed", "Finished", "Failed")  # Volcano's and scheduler-plugins' last phases
 
 
@@ -70,14 +78,14 @@ class GangWatch:
     def touch(self, kind: str, event: str, obj: Any) -> None:
         """A watch event (before the state applies it): the gang of a pod whose node, phase or
         deletion changed, or of a changed PodGroup, is looked at on a coming refresh."""
-        for item in (obj if event == "SYNC" else [obj]) if kind in ("Pod", "PodGroup", "VolcanoPodGroup") else ():
+        for item in (obj if event == "SYNC" else [obj]) if kind == "Pod" or kind in GROUP_KINDS else ():
             if kind == "Pod":
                 key, flavour = gang_ref(item)
                 if flavour != SINGLE and (event == "DELETED" or _pod_moved(self.state.pods.get(pod_key(item)), item)):
                     self._touched.add(key)
             else:
                 self._touched.add(pod_key(item))
-        if event == "SYNC" and kind in ("PodGroup", "VolcanoPodGroup"):
+        if event == "SYNC" and kind in GROUP_KINDS:
             self._touched.update(self.tracked)  # a fresh list: some PodGroups may be gone
 
     def refresh(self, topology: Topology, failed: Mapping[str, str], degraded: Mapping[str, str], now: float) -> None:
@@ -159,19 +167,22 @@ class GangWatch:
         tracked = self.tracked[view.key]
         podgroup: dict[str, Any] = view.podgroup  # type: ignore[assignment]  # the state's own object
         is_volcano = view.flavour == VOLCANO
-        before = gang_health.current(podgroup, volcano=is_volcano)
+        before = gang_health.current(podgroup, volcano=view.flavour in (VOLCANO, K8S))  # a status condition
         annotations: dict[str, str] = {}
         if not gang_health.same(before, found):
             cond = gang_health.condition(found, before, rfc3339())
             if is_volcano:
                 self.status.set_volcano(view.key, podgroup, {"conditions": gang_health.volcano_conditions(podgroup, cond)},
                                         defer=found.status == "True")
+            elif view.flavour == K8S:  # beside kube-scheduler's condition (a strategic merge by type)
+                self.status.k8s_condition(view.key, podgroup, upstream.condition(
+                    gang_health.CONDITION, found.status, found.reason, found.message), defer=found.status == "True")
             else:
                 annotations[gang_health.ANNOTATION] = gang_health.annotation(cond)
         if tracked.verdict != found and (tracked.verdict is not None or found.status != "True"):
             reason, kind = gang_health.event(found)
             self.events.record(podgroup, reason=reason, event_type=kind, kind="PodGroup",
-                               api_version=volcano.API_VERSION if is_volcano else XK8S_API,
+                               api_version=podgroups.API_VERSIONS[view.flavour],
                                message=f"FabricHealthy={found.status} ({found.reason}): {found.message}")
             log.info("gang %s/%s FabricHealthy=%s (%s): %s", *view.key, found.status, found.reason, found.message)
         self._count(tracked.verdict, -1)

@@ -1,6 +1,7 @@
 """Gangs as the live scheduler finds them in the cluster: pods labelled
-`scheduling.x-k8s.io/pod-group: NAME` plus their PodGroup (scheduler-plugins coscheduling), or
-annotated `scheduling.k8s.io/group-name: NAME` plus their Volcano PodGroup, and the
+`scheduling.x-k8s.io/pod-group: NAME` plus their PodGroup (scheduler-plugins coscheduling),
+annotated `scheduling.k8s.io/group-name: NAME` plus their Volcano PodGroup, or naming
+Kubernetes' own PodGroup in `spec.schedulingGroup.podGroupName` (`upstream.py`), and the
 scheduler-plugins PodGroup status the scheduler writes back (Volcano's is `volcano.py`).
 
 Why pods and PodGroup are read together: minMember and scheduleTimeoutSeconds live on the
@@ -15,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import volcano
+from aggregator.placement import upstream, volcano
 from aggregator.placement.state import (
     GANG_LABEL,
+    K8S,
     SINGLE,
     VOLCANO,
     XK8S,
@@ -48,7 +50,7 @@ class GangView:
     placed: Mapping[PodKey, str]  # member -> node (bound or assumed)
     min_member: int
     annotations: Mapping[str, str]  # PodGroup (and owning Volcano Job) annotations over the first pod's
-    flavour: str = SINGLE  # state.XK8S, state.VOLCANO or state.SINGLE
+    flavour: str = SINGLE  # state.XK8S, state.VOLCANO, state.K8S or state.SINGLE
 
     @property
     def is_group(self) -> bool:
@@ -57,6 +59,11 @@ class GangView:
     @property
     def is_volcano(self) -> bool:
         return self.flavour == VOLCANO
+
+    @property
+    def is_upstream(self) -> bool:
+        """Kubernetes' own PodGroup (`upstream.py`)."""
+        return self.flavour == K8S
 
     @property
     def fault_policy(self) -> str:
@@ -111,7 +118,7 @@ def _view(state: ClusterState, key: PodKey, flavour: str, pods: list[dict[str, A
     pods = sorted(pods, key=lambda p: pod_key(p))
     podgroup = state.podgroup_of(key, flavour)
     placed = {pod_key(p): n for p in pods if (n := state.node_of(pod_key(p))) is not None}
-    min_member = len(pods) if flavour == SINGLE else _min_member(podgroup, len(pods))
+    min_member = len(pods) if flavour == SINGLE else _min_member(podgroup, len(pods), flavour)
     annotations = {**_annotations(pods[0]), **_annotations(_owner_job(state, podgroup or pods[0])), **_annotations(podgroup)}
     return GangView(
         key=key,
@@ -131,10 +138,12 @@ def _owner_job(state: ClusterState, obj: Mapping[str, Any]) -> Mapping[str, Any]
     return state.vc_jobs.get((pod_key(obj)[0], name)) if name else None
 
 
-def _min_member(podgroup: Mapping[str, Any] | None, count: int) -> int:
+def _min_member(podgroup: Mapping[str, Any] | None, count: int, flavour: str) -> int:
     """A named gang waits for its PodGroup: without one, minMember is unknown (-1 = wait)."""
     if podgroup is None:
         return -1
+    if flavour == K8S:
+        return upstream.min_count(podgroup)
     raw = (podgroup.get("spec") or {}).get("minMember")
     return int(raw) if isinstance(raw, int) and raw > 0 else count
 
@@ -164,10 +173,10 @@ def view_of(state: ClusterState, key: PodKey) -> GangView | None:
     live = [p for k in state.members.get(key, {}) if (p := state.pods.get(k)) is not None and _live(p)]
     if live:
         return _view(state, key, gang_ref(live[0])[1], live, state.pending_keys)
-    for flavour in (VOLCANO, XK8S):
+    for flavour in (VOLCANO, XK8S, K8S):
         if (podgroup := state.podgroup_of(key, flavour)) is not None:
             annotations = {**_annotations(_owner_job(state, podgroup)), **_annotations(podgroup)}
-            return GangView(key, podgroup, (), (), {}, _min_member(podgroup, 0), annotations, flavour)
+            return GangView(key, podgroup, (), (), {}, _min_member(podgroup, 0, flavour), annotations, flavour)
     return None
 
 
@@ -199,6 +208,16 @@ def status_patch(podgroup: Mapping[str, Any], wanted: Mapping[str, Any], now_rfc
     if not current.get("scheduleStartTime"):
         patch["scheduleStartTime"] = now_rfc3339
     return {"status": patch} if patch else None
+
+
+API_VERSIONS = {XK8S: "scheduling.x-k8s.io/v1alpha1", VOLCANO: volcano.API_VERSION, K8S: upstream.API_VERSION}
+
+
+def groups_of(state: ClusterState, key: PodKey) -> list[tuple[str, dict[str, Any], str]]:
+    """The PodGroups named `key`, of every flavour the informers have seen: (flavour, PodGroup,
+    its apiVersion) for events, rank maps and hostfiles."""
+    return [(flavour, group, api) for flavour, api in API_VERSIONS.items()
+            if (group := state.podgroup_of(key, flavour)) is not None]
 
 
 def members_of(state: ClusterState, key: PodKey) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """`hypertopo-scheduler run`: the live scheduler.
 
-List+watch Nodes, Pods, HyperNodes, PodGroups (scheduler-plugins' and Volcano's), Volcano Queues
+List+watch Nodes, Pods, HyperNodes, PodGroups (scheduler-plugins', Volcano's and Kubernetes' own), Volcano Queues
 and Jobs into one `ClusterState`, owned by one loop thread; informer, bind, eviction and event
 threads only talk to it through a queue, so every decision sees every earlier decision (assumed
 pods are charged at once: no double booking). Kinds whose CRD is not installed count as empty.
@@ -45,7 +45,17 @@ from prometheus_client import CollectorRegistry
 from agent.adapters.endpoints import serve
 from agent.command_line import CommandParser
 from aggregator import slim
-from aggregator.placement import degraded, hostfile, podgroups, ranks, rescheduler, spares, topology, volcano
+from aggregator.placement import (
+    degraded,
+    hostfile,
+    podgroups,
+    ranks,
+    rescheduler,
+    spares,
+    topology,
+    upstream,
+    volcano,
+)
 from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
 from aggregator.placement.breaker import BreakerPolicy
@@ -57,12 +67,11 @@ from aggregator.placement.gang_watch import GangWatch
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
 from aggregator.placement.scheduler_metrics import SchedulerMetrics
-from aggregator.placement.state import VOLCANO, XK8S, ClusterState, PodKey, pod_key
+from aggregator.placement.state import GROUP_KINDS, ClusterState, PodKey, pod_key
 from aggregator.placement.status_writer import StatusWriter
 from aggregator.service import Service, add_election_arguments, elector_from
 
 log = logging.getLogger("hypertopo.scheduler")
-PODGROUP_API = "scheduling.x-k8s.io/v1alpha1"
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,8 @@ class Scheduler:
                                       post=lambda what: self._queue.put((what, None)),
                                       withdraw=lambda: len(self.evictions.withdraw()))
         required = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, "")]
-        optional = [(kube.PODGROUPS, ""), (kube.VC_PODGROUPS, ""), (kube.QUEUES, ""), (kube.VC_JOBS, "")]
+        optional = [(kube.PODGROUPS, ""), (kube.VC_PODGROUPS, ""), (kube.K8S_PODGROUPS, ""), (kube.QUEUES, ""),
+                    (kube.VC_JOBS, "")]
         # slim records (aggregator.slim): what placement, filters and fault handling read
         slimmers = {"Node": slim.slim_node, "Pod": slim.slim_pod}
         self.informers = [
@@ -224,7 +234,7 @@ class Scheduler:
         if what == "watch":
             kind, event, obj = payload
             self.gang_watch.touch(kind, event, obj)
-            self._spares_stale = self._spares_stale or kind in ("PodGroup", "VolcanoPodGroup")
+            self._spares_stale = self._spares_stale or kind in GROUP_KINDS
             if event == "SYNC":
                 self.state.resync(kind, obj)
             elif event == "ABSENT":  # the kind's CRD is not installed
@@ -340,7 +350,8 @@ class Scheduler:
     def _schedule(self, excluded_domains: frozenset[str], now: float) -> None:
         if self._spares_stale:
             self._spares_stale = False
-            self._reserved = spares.reservations({**self.state.podgroups, **self.state.vc_podgroups}, self._fresh_spares)
+            groups = {**self.state.podgroups, **self.state.vc_podgroups, **self.state.k8s_podgroups}
+            self._reserved = spares.reservations(groups, self._fresh_spares)
             self._fresh_spares = {k: v for k, v in self._fresh_spares.items() if k in self._reserved}
         seen = set()
         for view in podgroups.collect(self.state):
@@ -387,8 +398,8 @@ class Scheduler:
         if decision.ok:
             self._unfit.pop(view.key, None)
             if decision.warning:  # soft mode, unknown tier name: said as hard mode says it
-                self.events.gang_warning(view.pending, view.podgroup,
-                                         volcano.API_VERSION if view.is_volcano else PODGROUP_API, decision.warning)
+                self.events.gang_warning(view.pending, view.podgroup, podgroups.API_VERSIONS[view.flavour],
+                                         decision.warning)
             self._commit(decision)
         else:
             self._unfit[view.key] = (basis, now)
@@ -483,7 +494,10 @@ class Scheduler:
             self.events.record(pod, reason="FailedScheduling", message=reason)
         if view.podgroup is not None:
             self.events.record(view.podgroup, reason="FailedScheduling", message=reason, kind="PodGroup",
-                               api_version=PODGROUP_API)
+                               api_version=podgroups.API_VERSIONS[view.flavour])
+        if view.is_upstream and view.podgroup is not None:  # kube-scheduler's condition, as it writes it
+            self.status.k8s_condition(view.key, view.podgroup, upstream.condition(
+                upstream.INITIALLY_SCHEDULED, "False", upstream.UNSCHEDULABLE, reason))
 
     def _bound(self, outcome: BindOutcome) -> None:
         self._in_flight.discard(outcome.gang)
@@ -505,24 +519,18 @@ class Scheduler:
             pod = self.state.pods.get(item.pod)
             if pod is not None and item.pod not in outcome.rolled_back:
                 self.events.record(pod, reason="FailedScheduling", message=message)
-        podgroup = self.state.podgroups.get(outcome.gang)
-        if podgroup is not None:
-            self.events.record(podgroup, reason="FailedScheduling", message=message, kind="PodGroup",
-                               api_version=PODGROUP_API)
-        vc_group = self.state.vc_podgroups.get(outcome.gang)
-        if vc_group is not None:
-            self.events.record(vc_group, reason="FailedScheduling", message=message, kind="PodGroup",
-                               api_version=volcano.API_VERSION)
+        for _, group, api_version in podgroups.groups_of(self.state, outcome.gang):
+            self.events.record(group, reason="FailedScheduling", message=message, kind="PodGroup",
+                               api_version=api_version)
 
     def _publish_ranks(self, key: PodKey) -> None:
         """The bound gang's rank -> node map on its PodGroup (`ranks.RANK_MAP_ANNOTATION`) and in
         its hostfile ConfigMap (`hostfile`), when the map changed."""
         value = ranks.rank_map(podgroups.members_of(self.state, key), lambda p: self.state.node_of(pod_key(p)),
                                self.state.vc_jobs)
-        for flavour, group, api_version in ((XK8S, self.state.podgroups.get(key), PODGROUP_API),
-                                            (VOLCANO, self.state.vc_podgroups.get(key), volcano.API_VERSION)):
-            current = ((group or {}).get("metadata") or {}).get("annotations") or {}
-            if group is not None and value and current.get(ranks.RANK_MAP_ANNOTATION) != value:
+        for flavour, group, api_version in podgroups.groups_of(self.state, key):
+            current = (group.get("metadata") or {}).get("annotations") or {}
+            if value and current.get(ranks.RANK_MAP_ANNOTATION) != value:
                 self.status.annotate(flavour, key, {ranks.RANK_MAP_ANNOTATION: value})
                 if (config_map := hostfile.config_map(group, api_version, value)) is not None:
                     self.status.hostfile(key, config_map)
@@ -534,9 +542,7 @@ class Scheduler:
             namespace, name = item.pod
             pod = self.state.pods.get(item.pod) or {"metadata": {"namespace": namespace, "name": name, "uid": item.uid}}
             bound.append((pod, item.node))
-        groups = [(self.state.podgroups.get(outcome.gang), PODGROUP_API),
-                  (self.state.vc_podgroups.get(outcome.gang), volcano.API_VERSION)]
-        self.events.scheduled(bound, [(group, api) for group, api in groups if group is not None])
+        self.events.scheduled(bound, [(group, api) for _, group, api in podgroups.groups_of(self.state, outcome.gang)])
 
 # -- command line -----------------------------------------------------------------------------
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

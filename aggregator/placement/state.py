@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aggregator.placement import upstream
 from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.resources import Resources, node_allocatable, pod_request
 from aggregator.placement.topology import Topology
@@ -24,7 +25,9 @@ FABRIC_TAINT = "hypertopo.io/fabric-unhealthy"
 GANG_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins PodGroup (a pod label)
 VOLCANO_GANG_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano PodGroup (a pod annotation)
 FINISHED = ("Succeeded", "Failed")
+GROUP_KINDS = ("PodGroup", "VolcanoPodGroup", "K8sPodGroup")  # the informers' kinds of PodGroup
 XK8S, VOLCANO, SINGLE = "x-k8s", "volcano", ""
+K8S = "k8s"  # Kubernetes' own PodGroup (scheduling.k8s.io): pods name it in spec.schedulingGroup
 
 
 def pod_key(pod: Mapping[str, Any]) -> PodKey:
@@ -42,9 +45,14 @@ def is_finished(pod: Mapping[str, Any]) -> bool:
 
 
 def gang_ref(pod: Mapping[str, Any]) -> tuple[PodKey, str]:
-    """The gang a pod belongs to and its flavour: a scheduler-plugins PodGroup (label), a Volcano
-    PodGroup (annotation, as Volcano's job controller writes it) or SINGLE (a gang of one)."""
+    """The gang a pod belongs to and its flavour: Kubernetes' own PodGroup (the pod's
+    `spec.schedulingGroup`, an immutable API field, so it comes first), a scheduler-plugins
+    PodGroup (label), a Volcano PodGroup (annotation, as Volcano's job controller writes it) or
+    SINGLE (a gang of one)."""
     namespace, name = pod_key(pod)
+    k8s_group = upstream.group_name(pod)
+    if k8s_group:
+        return (namespace, k8s_group), K8S
     meta = pod.get("metadata") or {}
     group = (meta.get("labels") or {}).get(GANG_LABEL)
     if group:
@@ -71,6 +79,7 @@ class ClusterState:
     hypernodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     podgroups: dict[PodKey, dict[str, Any]] = field(default_factory=dict)  # scheduler-plugins
     vc_podgroups: dict[PodKey, dict[str, Any]] = field(default_factory=dict)  # Volcano
+    k8s_podgroups: dict[PodKey, dict[str, Any]] = field(default_factory=dict)  # Kubernetes' own (upstream.py)
     vc_jobs: dict[PodKey, dict[str, Any]] = field(default_factory=dict)  # Volcano batch Jobs
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)  # Volcano Queues
     queues_known: bool = False  # Volcano's Queue CRD answered (else no queue is enforced)
@@ -123,8 +132,8 @@ class ClusterState:
             if not deleted and old is not None and _tree_view(old) == _tree_view(obj):
                 return  # its node count or metadata: nothing a decision reads
             self.topology_generation += 1
-        elif kind in ("PodGroup", "VolcanoPodGroup"):
-            _put(self.podgroups if kind == "PodGroup" else self.vc_podgroups, pod_key(obj), obj, deleted)
+        elif kind in GROUP_KINDS:
+            _put(self.group_table(kind), pod_key(obj), obj, deleted)
             self.dirty_gangs.add(pod_key(obj))
         elif kind == "Queue":
             _put(self.queues, object_key(obj), obj, deleted)
@@ -138,7 +147,8 @@ class ClusterState:
         items = list(items)
         tables: dict[str, dict[Any, dict[str, Any]]] = {
             "Pod": self.pods, "Node": self.nodes, "HyperNode": self.hypernodes, "PodGroup": self.podgroups,
-            "VolcanoPodGroup": self.vc_podgroups, "Queue": self.queues, "VolcanoJob": self.vc_jobs,
+            "VolcanoPodGroup": self.vc_podgroups, "K8sPodGroup": self.k8s_podgroups, "Queue": self.queues,
+            "VolcanoJob": self.vc_jobs,
         }
         if kind == "Queue":
             self.queues_known = True
@@ -339,7 +349,13 @@ class ClusterState:
             return self.podgroups.get(key)
         if flavour == VOLCANO:
             return self.vc_podgroups.get(key)
+        if flavour == K8S:
+            return self.k8s_podgroups.get(key)
         return None
+
+    def group_table(self, kind: str) -> dict[PodKey, dict[str, Any]]:
+        """The PodGroups of one informer kind (`GROUP_KINDS`)."""
+        return {"PodGroup": self.podgroups, "VolcanoPodGroup": self.vc_podgroups}.get(kind, self.k8s_podgroups)
 
     def is_ours(self, pod: Mapping[str, Any]) -> bool:
         return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name

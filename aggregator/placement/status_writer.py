@@ -4,6 +4,9 @@ scheduler-plugins PodGroups get phase and counts through their `/status` subreso
 coscheduling writes them. Volcano PodGroups (whose CRD has no status subresource) get a merge
 patch of `status`: the phase Volcano's job controller waits for (Pending -> Inqueue -> Running ->
 Completed), the counts, and the `Unschedulable` / `Scheduled` conditions with the reason.
+Kubernetes' own PodGroups get their conditions (`upstream.py`: `PodGroupInitiallyScheduled` as
+kube-scheduler writes it, and `FabricHealthy`) through `/status` with a strategic merge patch,
+one condition per write, so the other conditions on the object stay as they are.
 
 Why a writer of its own: writes leave the scheduling loop (one thread, in order), coalesce per
 PodGroup (a later status never loses to an earlier one) and a failed write is retried on a later
@@ -30,17 +33,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from aggregator.placement import podgroups, volcano
+from aggregator.placement import podgroups, upstream, volcano
 from aggregator.placement.events import rfc3339
-from aggregator.placement.state import VOLCANO, XK8S, ClusterState, PodKey
+from aggregator.placement.state import K8S, VOLCANO, XK8S, ClusterState, PodKey
 
 log = logging.getLogger("hypertopo.scheduler")
 Target = tuple[str, PodKey]  # (flavour, PodGroup key); flavour + ANNOTATIONS: its annotations
 ANNOTATIONS = "+annotations"
 HOSTFILE = "hostfile"  # (HOSTFILE, PodGroup key): the gang's hostfile ConfigMap (the whole object)
+CONDITION = ":"  # (K8S + CONDITION + type, key): one condition of a Kubernetes PodGroup
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class StatusWriter:
@@ -90,6 +95,8 @@ class StatusWriter:
                 self._write_xk8s(key, podgroup, pods)
             if (vc_group := state.vc_podgroups.get(key)) is not None:
                 self._write_volcano(key, vc_group, pods)
+            if (k8s_group := state.k8s_podgroups.get(key)) is not None:
+                self._write_k8s(key, k8s_group, pods)
 
     def pending(self) -> int:
         """Writes queued and not yet started (tests, metrics)."""
@@ -115,6 +122,30 @@ class StatusWriter:
             return
         self.written[(VOLCANO, key)] = wanted
         self.set_volcano(key, podgroup, changed, defer=True)
+
+    def _write_k8s(self, key: PodKey, podgroup: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        """`PodGroupInitiallyScheduled` True once minCount members are bound (kube-scheduler sets
+        it when it places the group; hypertopo once the binds landed, so a rolled-back gang never
+        says True). A failed write makes the gang dirty again, so it is retried here."""
+        scheduled = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
+        if scheduled >= upstream.min_count(podgroup) and not upstream.initially_scheduled(podgroup):
+            self.k8s_condition(key, podgroup, upstream.condition(
+                upstream.INITIALLY_SCHEDULED, "True", upstream.SCHEDULED, f"{scheduled} pods scheduled"), defer=True)
+
+    def k8s_condition(self, key: PodKey, podgroup: Mapping[str, Any], cond: dict[str, Any], *,
+                      defer: bool = False) -> None:
+        """Queues one condition of a Kubernetes PodGroup (`upstream.to_write`: none when the
+        object carries it already or it would undo an initial schedule); a condition already
+        queued, and not yet seen on the object, is not queued twice."""
+        target = (K8S + CONDITION + str(cond["type"]), key)
+        entry = upstream.to_write(podgroup, cond, rfc3339())
+        if entry is None:
+            self.written.pop(target, None)
+            return
+        if self.written.get(target) == cond:
+            return
+        self.written[target] = dict(cond)
+        self.queue(target, {"conditions": [entry]}, defer=defer)
 
     def set_volcano(self, key: PodKey, podgroup: dict[str, Any], status: dict[str, Any], *, defer: bool = False) -> None:
         """Queues a Volcano status change and applies it to our view at once, so the next cycle
@@ -205,22 +236,26 @@ class StatusWriter:
             if flavour == HOSTFILE:
                 self._write_hostfile(status)
             elif flavour.endswith(ANNOTATIONS):
-                resource = kube.VC_PODGROUPS if flavour == VOLCANO + ANNOTATIONS else kube.PODGROUPS
+                resource = {VOLCANO: kube.VC_PODGROUPS, K8S: kube.K8S_PODGROUPS}.get(flavour[:-len(ANNOTATIONS)], kube.PODGROUPS)
                 self.api.patch(resource, namespace, name, {"metadata": {"annotations": status}})
+            elif flavour.startswith(K8S + CONDITION):
+                self.api.request("PATCH", kube.K8S_PODGROUPS.path(namespace=namespace, name=name, sub="status"),
+                                 body={"status": status}, content_type=STRATEGIC_MERGE_PATCH)
             elif flavour == VOLCANO:
                 self.api.patch(kube.VC_PODGROUPS, namespace, name, {"status": status})
             else:
                 self.api.patch_status(kube.PODGROUPS, namespace, name, {"status": status})
         except Exception as exc:
-            what = "status" if flavour in (XK8S, VOLCANO) else "rank map" if flavour.endswith(ANNOTATIONS) else "hostfile"
+            status_write = flavour in (XK8S, VOLCANO) or flavour.startswith(K8S + CONDITION)
+            what = "status" if status_write else "rank map" if flavour.endswith(ANNOTATIONS) else "hostfile"
             log.warning("PodGroup %s/%s %s not written (retried on a later cycle): %s", namespace, name, what, exc)
-            if flavour not in (XK8S, VOLCANO):  # written once per bound gang: queued again later
+            if not status_write:  # written once per bound gang: queued again later
                 with self._cond:
                     self._failed[target] = (self.clock(), status)
             self.on_failure(target)
         else:
             self.completed += 1
-            if flavour in (XK8S, VOLCANO):
+            if flavour in (XK8S, VOLCANO) or flavour.startswith(K8S + CONDITION):
                 self.status_completed += 1
 
     def _write_hostfile(self, config_map: dict[str, Any]) -> None:

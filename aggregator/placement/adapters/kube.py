@@ -1,9 +1,11 @@
 """The scheduler's resources on the shared client (`agent.adapters.kube`, which has the verbs:
 list, watch, bind, evict, events, merge patches) and the names the scheduler's modules use.
 
-Only descriptors live here: the PodGroup kinds of both gang flavours, Volcano's Queue, Job and
-Command (their CRDs may not be installed; the scheduler's informers treat them as optional), and
-ConfigMaps (a bound gang's hostfile, `hostfile`; written, never watched).
+Only descriptors live here: the PodGroup kinds of the three gang flavours, Volcano's Queue, Job
+and Command (their CRDs may not be installed, and Kubernetes' own PodGroup is served only with
+its GenericWorkload gate on and `scheduling.k8s.io/v1beta1` enabled: the scheduler's informers
+treat them all as optional), and ConfigMaps (a bound gang's hostfile, `hostfile`; written, never
+watched).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from agent.adapters.kube import (
 )
 from agent.api_error import ApiError
 
-__all__ = ["COMMANDS", "CONFIGMAPS", "EVENTS", "HYPERNODES", "JSON_PATCH", "MERGE_PATCH", "NAMESPACES", "NODES",
-           "PODGROUPS", "PODS", "QUEUES", "VC_JOBS", "VC_PODGROUPS", "ApiError", "Informer", "KubeClient", "Resource", "connect", "wait_synced"]
+__all__ = ["COMMANDS", "CONFIGMAPS", "EVENTS", "HYPERNODES", "JSON_PATCH", "K8S_PODGROUPS", "MERGE_PATCH",
+           "NAMESPACES", "NODES", "PODGROUPS", "PODS", "QUEUES", "VC_JOBS", "VC_PODGROUPS", "ApiError", "Informer",
+           "KubeClient", "Resource", "connect", "wait_synced"]
 
 PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True)
+K8S_PODGROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "K8sPodGroup", namespaced=True)
 VC_PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "VolcanoPodGroup", namespaced=True)
 QUEUES = Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue")
 VC_JOBS = Resource("batch.volcano.sh", "v1alpha1", "jobs", "VolcanoJob", namespaced=True)

@@ -308,6 +308,19 @@ def test_the_scheduler_places_a_leaf_gang_in_one_leaf_and_says_scheduled_on_the_
     assert [e["involvedObject"]["apiVersion"] for e in scheduled] == ["scheduling.k8s.io/v1beta1"]
 
 
+def test_a_lone_pod_placed_without_its_unknown_soft_limit_is_warned_without_a_podgroup() -> None:
+    # the warning path names the PodGroup's apiVersion per flavour; a gang of one has none
+    api = RecordingApi()
+    lone = pod("lone", None)
+    lone["metadata"]["annotations"] = {"hypertopo.io/highest-tier-name": "nope"}
+    sched = _scheduler(api, ("Pod", lone))
+    sched._cycle()
+    _flush(sched)
+    assert sched.state.assumed.keys() == {("ns", "lone")}
+    (warning,) = [e for e in api.events if e["reason"] == "FailedScheduling"]
+    assert warning["involvedObject"]["name"] == "lone" and "nope" in warning["message"]
+
+
 # -- fault handling ---------------------------------------------------------------------------
 def test_the_fault_policies_act_on_kubernetes_podgroups_as_on_the_others() -> None:
     taint = [{"key": "hypertopo.io/fabric-unhealthy", "effect": "NoSchedule"}]

@@ -398,7 +398,7 @@ class Scheduler:
         if decision.ok:
             self._unfit.pop(view.key, None)
             if decision.warning:  # soft mode, unknown tier name: said as hard mode says it
-                self.events.gang_warning(view.pending, view.podgroup, podgroups.API_VERSIONS[view.flavour],
+                self.events.gang_warning(view.pending, view.podgroup, podgroups.API_VERSIONS.get(view.flavour, ""),
                                          decision.warning)
             self._commit(decision)
         else:

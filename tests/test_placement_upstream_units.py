@@ -325,15 +325,17 @@ def test_a_lone_pod_placed_without_its_unknown_soft_limit_is_warned_without_a_po
 def test_the_fault_policies_act_on_kubernetes_podgroups_as_on_the_others() -> None:
     taint = [{"key": "hypertopo.io/fabric-unhealthy", "effect": "NoSchedule"}]
     objs: list[tuple[str, dict[str, Any]]] = []
-    for gang, policy in (("rp", "restart-pods"), ("rg", "restart-gang"), ("no", "none")):
+    # "ks" was placed by kube-scheduler: fault handling is the gang's opt-in, whoever placed it
+    for gang, policy, by in (("rp", "restart-pods", SCHED), ("rg", "restart-gang", SCHED), ("no", "none", SCHED),
+                             ("ks", "restart-pods", "default-scheduler")):
         objs.append(("K8sPodGroup", k8s_podgroup(gang, 2, "hypertopo.io/leaf",
                                                  annotations={"hypertopo.io/on-fabric-fault": policy})))
-        objs += [("Pod", pod(f"{gang}-0", gang, node_name="n0", phase="Running")),
-                 ("Pod", pod(f"{gang}-1", gang, node_name="n1", phase="Running"))]
+        objs += [("Pod", pod(f"{gang}-0", gang, node_name="n0", phase="Running", scheduler=by)),
+                 ("Pod", pod(f"{gang}-1", gang, node_name="n1", phase="Running", scheduler=by))]
     state = cluster(*objs)
     state.apply("Node", "MODIFIED", node("n0", taints=taint))
     failed = rescheduler.failed_nodes(state, topology_of(state), {})
     assert set(failed) == {"n0"}
     gangs = podgroups.gangs_on_nodes(state, set(failed))
-    assert {g.key[1]: g.flavour for g in gangs} == {"rp": K8S, "rg": K8S, "no": K8S}
-    assert sorted(e.pod[1] for e in rescheduler.plan(gangs, failed)) == ["rg-0", "rg-1", "rp-0"]
+    assert {g.key[1]: g.flavour for g in gangs} == {"rp": K8S, "rg": K8S, "no": K8S, "ks": K8S}
+    assert sorted(e.pod[1] for e in rescheduler.plan(gangs, failed)) == ["ks-0", "rg-0", "rg-1", "rp-0"]

@@ -93,6 +93,25 @@ def _object_schema(cls: Any) -> dict[str, Any]:
     return out
 
 
+def _probe_plan() -> dict[str, Any]:
+    """`status.probePlan`: this node's row of the fabric probe plan (agent.measure_rows)."""
+    def text() -> dict[str, Any]:  # a fresh dict each use: YAML would write repeats as anchors
+        return {"type": "string", "maxLength": 253}
+
+    return {
+        "type": "object",
+        "description": "This node's row of the fabric probe plan, written by the aggregator (--measured-fabric) and "
+        "read by this node's agent (--measure-fabric): the peers to probe and the addresses whose probes to answer.",
+        "properties": {
+            "tree": {"type": "string", "maxLength": 64},
+            "digest": {"type": "string", "maxLength": 64},
+            "peers": {"type": "array", "maxItems": 64, "items": {
+                "type": "object", "required": ["node", "address"], "properties": {"node": text(), "address": text()}}},
+            "probers": {"type": "array", "maxItems": 256, "items": text()},
+        },
+    }
+
+
 def crd() -> dict[str, Any]:
     spec = schema_for(report.NodeReport)
     spec["description"] = _DESCRIPTIONS["NodeReport"]
@@ -125,6 +144,7 @@ def crd() -> dict[str, Any]:
                     },
                 },
             },
+            "probePlan": _probe_plan(),
         },
     }
     return {

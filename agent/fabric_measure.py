@@ -7,10 +7,12 @@ in under a second. So measuring runs in its own thread every `interval` (default
 is `plan size x count x 2` datagrams of 64 bytes a round, see README "Measured fabric"), and the
 probe loop stamps the latest latched measurements onto each report it publishes.
 
-Whom the responder answers: the probe addresses of the nodes whose plan names this node (every
-agent computes the same plan), so a responder is open to the dozen nodes that will probe it, not
-to the cluster. The cluster view (HyperNodes, peers' probe addresses) and the transport are
-parameters: adapters in production, plain objects in tests.
+What to probe and whom to answer come from this node's row of the probe plan, which the
+aggregator computes from the HyperNode tree and publishes in the node's own NodeTopology status
+(agent.measure_rows): peers with their probe addresses, and the addresses of the nodes whose plan
+names this node, so a responder is open to the dozen nodes that will probe it, not to the cluster.
+The row's source (one GET of the node's own NodeTopology) and the transport are parameters:
+adapters in production, plain objects in tests.
 """
 
 from __future__ import annotations
@@ -18,20 +20,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from agent.api_error import ApiError
-from agent.measure_plan import Domain, Probe, plan, tree_digest
+from agent.measure_rows import PlanRow
 from agent.probes.fabric_rtt import RttTransport, latch, summarise
 from agent.report import Measurement, NodeReport
 
 log = logging.getLogger(__name__)
-
-ClusterView = tuple[Sequence[Domain], Mapping[str, str]]  # the tree, node -> probe address
 
 
 @dataclass
@@ -41,40 +41,32 @@ class FabricMeasure:
     node: str
     address: str
     transport: RttTransport
-    cluster: Callable[[], ClusterView]
+    row_source: Callable[[], PlanRow | None]  # this node's published plan row (None: none yet)
     count: int = 20
     interval: float = 300.0
     clock: Callable[[], float] = time.time
-    digest: str = ""
-    probes: tuple[Probe, ...] = ()
-    prober_names: frozenset[str] = frozenset()  # nodes whose plan names this one
-    probers: frozenset[str] = frozenset()  # their addresses: the only ones answered
+    digest: str = ""  # of the tree the row was planned from
+    peers: tuple[tuple[str, str], ...] = ()  # (node, probe address)
+    probers: frozenset[str] = frozenset()  # addresses of the nodes whose plan names this one
     measurements: tuple[Measurement, ...] = ()
     live: dict[str, Measurement] = field(default_factory=dict)  # last round, unlatched (metrics)
     rounds: int = 0
 
-    def replan(self, domains: Sequence[Domain], addresses: Mapping[str, str]) -> None:
-        """A new plan only when the tree changed; the allow-list follows the addresses always."""
-        digest = tree_digest(domains)
-        if digest != self.digest:
-            plans = plan(domains)
-            self.probes, self.digest = plans.get(self.node, ()), digest
-            log.info("fabric probe plan: %d peers (tree %s)", len(self.probes), digest)
-            self.prober_names = frozenset(
-                n for n, ps in plans.items() if any(p.peer == self.node for p in ps)
-            )
-        self.probers = frozenset(addresses[n] for n in self.prober_names if n in addresses)
+    def replan(self, row: PlanRow | None) -> None:
+        """Takes the published row (no row yet: nothing to probe, nobody answered)."""
+        if row is None:
+            self.peers, self.probers, self.digest = (), frozenset(), ""
+            return
+        if row.tree != self.digest:
+            log.info("fabric probe plan: %d peers, %d probers (tree %s)", len(row.peers), len(row.probers), row.tree)
+        self.peers, self.probers, self.digest = row.peers, row.probers, row.tree
 
     def round(self) -> tuple[Measurement, ...]:
-        domains, addresses = self.cluster()
-        self.replan(domains, addresses)
+        self.replan(self.row_source())
         current = []
-        for p in self.probes:
-            peer_address = addresses.get(p.peer)
-            if peer_address is None:
-                continue  # the peer does not measure (or has not published yet): nothing answers
+        for peer, peer_address in self.peers:
             rtts = self.transport.round_trips(peer_address, self.count)
-            current.append(summarise(p.peer, rtts, when=self.clock(), transport=self.transport.name))
+            current.append(summarise(peer, rtts, when=self.clock(), transport=self.transport.name))
         self.live = {m.peer: m for m in current}
         self.measurements = latch(self.measurements, current)
         self.rounds += 1
@@ -91,7 +83,7 @@ class FabricMeasure:
         while not stop.is_set():
             try:
                 self.round()
-            except (ApiError, OSError, ValueError) as exc:  # the API away: the next round tries again
+            except (ApiError, OSError, ValueError) as exc:  # the API away, a bad row: the next round tries again
                 log.warning("fabric measuring round failed: %s", exc)
             stop.wait(self.interval)
 
@@ -125,5 +117,5 @@ class MeasureMetrics(Collector):
         yield GaugeMetricFamily(
             "hypertopo_fabric_probe_peers",
             "peers in this node's fabric probe plan",
-            value=len(self._measure.probes),
+            value=len(self._measure.peers),
         )

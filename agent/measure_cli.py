@@ -1,5 +1,5 @@
 """`hypertopo-agent run --measure-fabric ADDRESS`: the options of the fabric measuring loop and
-the wiring of its parts (responder, UDP transport, cluster view, loop).
+the wiring of its parts (responder, UDP transport, the plan row from its own NodeTopology, loop).
 
 Why opt-in: measuring sends traffic over the fabric jobs use and opens a UDP port on the fabric
 address. Its cost is bounded (README "Measured fabric": about ten peers, `--measure-count`
@@ -85,19 +85,18 @@ def start_measuring(
     """The measuring loop and its started responder, or None when --measure-fabric is not given."""
     if not args.measure_fabric:
         return None
-    from agent.adapters.fabric_cluster import ProbeAddresses, cluster_view
+    from agent.adapters.fabric_cluster import own_row
     from agent.adapters.kube import connect
     from agent.adapters.udp_probe import UdpResponder, UdpTransport
     from agent.fabric_measure import FabricMeasure
 
     kube = connect(kubeconfig, timeout=(2.0, 10.0))
-    addresses = ProbeAddresses(kube, miss_ttl=args.measure_interval)  # a peer turning measuring on
     address, port, interface = args.measure_fabric, args.measure_port, args.measure_interface
     measure = FabricMeasure(
         node=node_name,
         address=address,
         transport=UdpTransport(address, port=port, interface=interface),
-        cluster=lambda: cluster_view(kube, addresses),
+        row_source=lambda: own_row(kube, node_name),  # the aggregator's plan for this node
         count=args.measure_count,
         interval=args.measure_interval,
     )

@@ -46,6 +46,7 @@ from aggregator import slim
 from aggregator.adapters import kube as kubeapi
 from aggregator.adapters.kai import KaiTopologyClient
 from aggregator.adapters.kueue import TopologyClient
+from aggregator.adapters.probe_plans import ProbePlanWriter
 from aggregator.graph import Finding
 from aggregator.kai_topology import KaiTopologyKeeper
 from aggregator.kueue_topology import TopologyKeeper
@@ -57,6 +58,7 @@ from aggregator.refusals import Refusals
 from aggregator.registry import add_source_arguments, load_sources
 from aggregator.service import Service, add_election_arguments, elector_from
 from aggregator.sources import Source
+from aggregator.sources.measured import MeasuredFabric
 from aggregator.sources.nodetopology import NodeReports
 from aggregator.tree_explain import Narrator
 
@@ -94,6 +96,7 @@ class ClusterView:
 
 
 Compute = Callable[[ClusterView, float], DesiredState]
+Annotate = Callable[[Sequence[Mapping[str, Any]]], Sequence[Mapping[str, Any]]]
 
 
 def _rv(obj: Mapping[str, Any]) -> int | None:
@@ -195,9 +198,11 @@ class Controller:
         may_write: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         sources_ready: Callable[[], bool] = lambda: True,  # live sources have their first facts
+        annotate: Annotate = lambda objects: objects,  # adds the measured figures (sources.measured)
     ):
         self.kube = kube
         self.sources_ready = sources_ready
+        self.annotate = annotate
         self.compute = compute
         self.options = options
         self.metrics = metrics
@@ -375,7 +380,7 @@ class Controller:
         return 1
 
     def _write(self, desired: DesiredState, view: ClusterView) -> int:
-        outcome = self.applier.apply(desired.hypernodes, self.live_hypernodes())
+        outcome = self.applier.apply(self.annotate(desired.hypernodes), self.live_hypernodes())
         self._hn_overlay.written.update(outcome.written)
         for name in outcome.deleted:
             self._hn_overlay.deleted[name] = _rv(self.hypernodes.snapshot().get(name, {})) or 0
@@ -563,8 +568,13 @@ def run(args: argparse.Namespace) -> int:
         fabric_sources=tuple(s.name for s in sources if not isinstance(s, NodeReports)),
         fabric_pattern=next((s.fabric_interfaces for s in sources if isinstance(s, NodeReports)), None),
     )
+    measured = next((s for s in sources if isinstance(s, MeasuredFabric)), None)
     controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write,
-                            sources_ready=lambda: all(s.ready() for s in sources))  # fmt: skip
+                            sources_ready=lambda: all(s.ready() for s in sources),
+                            annotate=measured.annotate if measured else lambda objects: objects)  # fmt: skip
+    if measured is not None:  # folds the controller's caches; writes probe plans when leading
+        measured.attach(lambda: (controller.live_hypernodes(), controller.topologies.snapshot()),
+                        ProbePlanWriter(kube, may_write=may_write))  # fmt: skip
     if elector is None:
         metrics.set_leader(True)
 

@@ -314,7 +314,8 @@ def judge(
     return Condition("True", "MembersHealthy", f"all {total} nodes healthy")
 
 
-DEGRADED_REASONS = {"NVLink": "NVLinkDegraded", "RDMA": "RDMADegraded", "link": "LinkDegraded", "PCIe": "PCIeDegraded"}
+DEGRADED_REASONS = {"NVLink": "NVLinkDegraded", "RDMA": "RDMADegraded", "link": "LinkDegraded", "PCIe": "PCIeDegraded",
+                    "latency": "LatencyDegraded"}  # fmt: skip
 
 
 def judge_degraded(total: int, degraded: list[tuple[str, MemberHealth]], threshold: Threshold) -> Condition:

@@ -286,8 +286,17 @@ def _widest_gap(values: Sequence[int]) -> tuple[float, float]:
     return best
 
 
-def infer_leaves(measured: Mapping[str, Sequence[Measurement]]) -> LeafGuess:
-    """Connected components of the leaf-like round trips (union-find, near O(pairs))."""
+def _gap_at(values: Sequence[int], cut: float) -> float:
+    """How far apart the round trips either side of a given cut are (a ratio; 1 when one side is empty)."""
+    below = [v for v in values if v < cut]
+    above = [v for v in values if v >= cut]
+    return min(above) / max(max(below), 1) if below and above else 1.0
+
+
+def infer_leaves(measured: Mapping[str, Sequence[Measurement]], cut_us: float | None = None) -> LeafGuess:
+    """Connected components of the leaf-like round trips (union-find, near O(pairs)); leaf-like is
+    below the widest gap, or below `cut_us` when given (the tree's leaf tier cut, to check the
+    tree's leaves rather than guess them)."""
     answered = [
         (a, m.peer, m.p50_us)
         for a, ms in measured.items()
@@ -297,7 +306,8 @@ def infer_leaves(measured: Mapping[str, Sequence[Measurement]]) -> LeafGuess:
     nodes = {a for a in measured} | {b for _, b, _ in answered}
     if not answered:
         return LeafGuess(tuple(frozenset({n}) for n in sorted(nodes)), 0.0, 1.0, 0.0)
-    cut, gap = _widest_gap([us for _, _, us in answered])
+    values = [us for _, _, us in answered]
+    cut, gap = _widest_gap(values) if cut_us is None else (cut_us, _gap_at(values, cut_us))
     root = {n: n for n in nodes}
 
     def find(n: str) -> str:
@@ -316,3 +326,9 @@ def infer_leaves(measured: Mapping[str, Sequence[Measurement]]) -> LeafGuess:
         groups[find(n)].add(n)
     ordered = tuple(sorted((frozenset(g) for g in groups.values()), key=lambda g: sorted(g)))
     return LeafGuess(ordered, cut, gap, len(linked) / len(nodes))
+
+
+def leaf_cut(tiers: Mapping[int, int]) -> float | None:
+    """The p50 that parts leaf-like from spine-like round trips in this tier profile (None: the
+    profile has no leaf tier or nothing above it)."""
+    return _cut(tiers, 1)

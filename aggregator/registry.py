@@ -18,6 +18,7 @@ from aggregator.adapters.ufm import UfmSource
 from aggregator.sources import OptionError, Source, SourceError
 from aggregator.sources.ibnetdiscover import Dumps
 from aggregator.sources.labels import LabelLevels
+from aggregator.sources.measured import MeasuredFabric
 from aggregator.sources.model import ModelFile
 from aggregator.sources.nodetopology import NodeReports
 from aggregator.sources.switch_lldp import SwitchTables
@@ -29,6 +30,7 @@ SOURCES: tuple[type[Source], ...] = (
     UfmSource,
     SwitchTables,
     LabelLevels,
+    MeasuredFabric,  # last: its leaf groups are for the nodes no source before it placed
 )
 
 

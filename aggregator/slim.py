@@ -11,8 +11,9 @@ same shape, so every reader keeps working on it unchanged (the client-go informe
   the label-level sources may read any), the `hypertopo.io/` annotations, the managedFields
   entries of hypertopo's own field managers (node_marks reads which labels and annotations it
   owns), taints, unschedulable, the Ready condition's status, allocatable.
-- NodeTopology (`slim_topology`): name, uid, resourceVersion and the parsed report (or why it could
-  not be parsed) under `nodetopology.PARSED_KEY`; `report_from_object` returns it as is. The
+- NodeTopology (`slim_topology`): name, uid, resourceVersion, the digest of the probe-plan row in
+  its status (`measure_rows.PLAN_DIGEST_KEY`) and the parsed report (or why it could not be parsed)
+  under `nodetopology.PARSED_KEY`; `report_from_object` returns it as is. The
   report's many equal parts (NVLink entries, the per-GPU link tuples, health values, repeated
   strings) are shared between reports (`share_report`): 144 NVLink entries of an 8-GPU node, equal
   on every healthy node, were half of a parsed report's memory.
@@ -35,6 +36,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from agent.measure_rows import PLAN_DIGEST_KEY
 from agent.report import ComponentHealth, GpuFabric, NodeReport, NvLink, NvLinkDomain
 from aggregator.node_marks import DEGRADED_MANAGER, LABEL_MANAGER, LABEL_PREFIX
 from aggregator.sources.nodetopology import PARSED_KEY, report_from_object
@@ -117,6 +119,9 @@ def slim_topology(obj: Mapping[str, Any]) -> Obj:
     if PARSED_KEY in obj:
         return dict(obj)
     slim = _ident(obj)
+    plan = (obj.get("status") or {}).get("probePlan")  # only its digest: what the plan writer compares
+    if isinstance(plan, Mapping) and isinstance(plan.get("digest"), str):
+        slim[PLAN_DIGEST_KEY] = plan["digest"]
     try:
         slim[PARSED_KEY] = share_report(report_from_object(obj))
     except (TypeError, ValueError, KeyError, AttributeError) as exc:

@@ -1,10 +1,12 @@
-"""The agent's measuring loop (agent.fabric_measure): re-plans only when the tree changes, answers
-only the nodes that plan to probe it, latches what it publishes, and stamps the report."""
+"""The agent's measuring loop (agent.fabric_measure): probes the peers of its published plan row,
+answers only the nodes that plan to probe it, follows a new row, latches what it publishes, and
+stamps the report; its row is read from its own NodeTopology alone (agent.adapters.fabric_cluster)."""
 
 from __future__ import annotations
 
 from agent.fabric_measure import FabricMeasure, MeasureMetrics
 from agent.measure_plan import Domain, plan
+from agent.measure_rows import rows
 from agent.report import ComponentHealth, Health, NodeReport
 
 DOMAINS = [
@@ -34,7 +36,7 @@ def loop(domains=DOMAINS, addresses=ADDRESSES):
     view = {"domains": domains, "addresses": addresses}
     transport = FakeTransport()
     measure = FabricMeasure(
-        "a1", "10.0.0.1", transport, lambda: (view["domains"], view["addresses"]), count=5
+        "a1", "10.0.0.1", transport, lambda: rows(view["domains"], view["addresses"]).get("a1"), count=5
     )
     return measure, transport, view
 
@@ -60,19 +62,26 @@ def test_peers_without_a_probe_address_are_skipped():
     assert measure.round() == () and transport.asked == []
 
 
-def test_the_plan_is_kept_until_the_tree_changes():
+def test_no_published_row_probes_nobody_and_answers_nobody():
+    transport = FakeTransport()
+    measure = FabricMeasure("a1", "10.0.0.1", transport, lambda: None, count=5)
+    measure.probers = frozenset({"10.0.0.9"})  # from an earlier row
+    assert measure.round() == () and transport.asked == [] and measure.allowed() == frozenset()
+
+
+def test_a_new_tree_gives_a_new_row_and_new_peers():
     measure, _, view = loop()
     measure.round()
     digest = measure.digest
     measure.round()
     assert measure.digest == digest
     view["domains"] = [
-        *DOMAINS[:2],
-        Domain("leaf-c", 1, ("c1",)),
-        Domain("spine", 2, ("leaf-a", "leaf-b", "leaf-c")),
+        Domain("leaf-a", 1, ("a1", "a2", "a3", "b1")),
+        Domain("leaf-b", 1, ("b2", "b3")),
+        Domain("spine", 2, ("leaf-a", "leaf-b")),
     ]
     measure.round()
-    assert measure.digest != digest
+    assert measure.digest != digest and "b1" in {peer for peer, _ in measure.peers}
 
 
 def test_published_figures_stay_while_within_the_band_and_metrics_show_the_live_ones():
@@ -111,27 +120,34 @@ class FakeKube:
         return self.objects[name]
 
 
-def test_probe_addresses_are_read_once_per_node_and_kept_until_their_time_is_up():
-    from agent.adapters.fabric_cluster import ProbeAddresses
+def test_the_row_is_one_get_of_the_nodes_own_report():
+    from agent.adapters.fabric_cluster import own_row
+    from agent.measure_rows import to_wire
 
-    now = [0.0]
-    kube = FakeKube({"a2": {"spec": {"probeAddress": "10.0.0.2"}}, "a3": {"spec": {}}})
-    addresses = ProbeAddresses(kube, ttl=3600, miss_ttl=300, clock=lambda: now[0])
-    assert addresses.get("a2") == "10.0.0.2" and addresses.get("a2") == "10.0.0.2"
-    assert "a3" not in addresses and "gone" not in addresses  # not measuring; no report at all
-    assert kube.gets == ["a2", "a3", "gone"] and dict(addresses) == {"a2": "10.0.0.2"}
-    now[0] = 301.0  # misses are asked again after a round, known addresses kept
-    assert "a3" not in addresses and addresses.get("a2") == "10.0.0.2"
-    assert kube.gets == ["a2", "a3", "gone", "a3"]
-    now[0] = 3700.0
-    addresses.get("a2")
-    assert kube.gets[-1] == "a2"
+    row = rows(DOMAINS, ADDRESSES)["a1"]
+    kube = FakeKube({"a1": {"spec": {}, "status": {"probePlan": to_wire(row)}}, "a2": {"spec": {}}})
+    assert own_row(kube, "a1") == row
+    assert own_row(kube, "a2") is None and own_row(kube, "gone") is None  # not planned yet; no report yet
+    assert kube.gets == ["a1", "a2", "gone"]  # its own object only: no peer's, no HyperNode list
 
 
-def test_an_api_server_away_is_an_error_not_a_missing_address():
+def test_a_malformed_row_is_one_line_naming_the_field():
     import pytest
 
-    from agent.adapters.fabric_cluster import ProbeAddresses
+    from agent.adapters.fabric_cluster import own_row
+    from agent.measure_rows import RowError
+
+    bad = {"peers": [{"node": "a2", "address": ""}]}
+    with pytest.raises(RowError, match=r"status.probePlan.peers\[0\].address"):
+        own_row(FakeKube({"a1": {"status": {"probePlan": bad}}}), "a1")
+    with pytest.raises(RowError, match="at most 64"):
+        own_row(FakeKube({"a1": {"status": {"probePlan": {"peers": [{}] * 65}}}}), "a1")
+
+
+def test_an_api_server_away_is_an_error_not_a_missing_row():
+    import pytest
+
+    from agent.adapters.fabric_cluster import own_row
     from agent.api_error import ApiError
 
     class Away(FakeKube):
@@ -139,4 +155,4 @@ def test_an_api_server_away_is_an_error_not_a_missing_address():
             raise ApiError(0, "Unreachable")
 
     with pytest.raises(ApiError):
-        ProbeAddresses(Away({})).get("a2")
+        own_row(Away({}), "a1")

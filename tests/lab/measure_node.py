@@ -15,6 +15,7 @@ from pathlib import Path
 from agent.adapters.udp_probe import UdpResponder, UdpTransport
 from agent.fabric_measure import FabricMeasure
 from agent.measure_plan import Domain
+from agent.measure_rows import rows
 from agent.report import to_wire
 
 
@@ -34,10 +35,9 @@ def main() -> None:
     domains = [Domain(d["name"], d["tier"], tuple(d["children"])) for d in lab["domains"]]
     addresses = lab["addresses"]
     transport = UdpTransport(opts.address, timeout=1.0, gap=0.005)
-    measure = FabricMeasure(
-        opts.node, opts.address, transport, lambda: (domains, addresses), count=opts.count
-    )
-    measure.replan(domains, addresses)
+    row = rows(domains, addresses).get(opts.node)  # what the aggregator publishes in its status
+    measure = FabricMeasure(opts.node, opts.address, transport, lambda: row, count=opts.count)
+    measure.replan(row)
     before = tx_packets(opts.nic)
     responder = UdpResponder(opts.address, allowed=measure.allowed, rate=1000, burst=100)
     responder.start()
@@ -47,8 +47,8 @@ def main() -> None:
     responder.stop()
     result = {
         "measurements": [to_wire(m) for m in measured],
-        "peers": [p.peer for p in measure.probes],
-        "probers": sorted(measure.prober_names),
+        "peers": [peer for peer, _ in measure.peers],
+        "probers": sorted(n for n, a in addresses.items() if a in measure.probers),
         "sent": transport.sent,
         "answered": responder.answered,
         "refused": responder.refused,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import podgroups, spares
+from aggregator.placement import podgroups, spares, subgroups
 from aggregator.placement.decide import decide
 from aggregator.placement.gang import Gang, PodSpec
 from aggregator.placement.resources import Resources
@@ -279,3 +279,78 @@ def test_spare_options_accept_counts_and_shares_and_refuse_the_rest_in_one_line(
             spare_default(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="at most 64"):
         spare_value("65")
+
+
+# -- partial use of spares, sub-groups -----------------------------------------------------------
+
+def test_more_lost_pods_than_free_spares_fill_the_spares_first_and_place_only_the_rest() -> None:
+    # one leaf of six: g ran on c1..c3 with spare c6; c1 and c2 failed: two pods pending, one spare.
+    # Placed as if it had no spare, the gang would take c4 and c5 (by name) and keep c6 idle while
+    # holding two more nodes; the spare takes one pod, only the other takes a free node.
+    wide = ("c1", "c2", "c3", "c4", "c5", "c6")
+    state = ClusterState(SCHED)
+    for name in wide:
+        state.apply("Node", "ADDED", node(name, name in ("c1", "c2")))
+    for kind, obj in (("PodGroup", group("g", 3)), ("Pod", pod("g-2", "g", "c3")), ("Pod", pod("g-0", "g")),
+                      ("Pod", pod("g-1", "g"))):
+        state.apply(kind, "ADDED", obj)
+    topo = build([hn("leaf-c", 1, wide)])
+    decision = decide(state, topo, view(state, "g"), reserved={("ns", "g"): ("c6",)})
+    assert sorted(decision.assignments.values()) == ["c4", "c6"] and decision.spares == ()
+    assert decision.placement is not None and decision.placement.domain == "leaf-c"
+
+
+def test_a_partial_replacement_whose_rest_fits_nowhere_falls_back_to_the_usual_placement() -> None:
+    topo = build(TREE)
+    lost = Gang("g", tuple(PodSpec(f"p{i}", Resources(8, 1000, 2**30, 1)) for i in range(3)), running={"p9": "a1"})
+    free = free_nodes("a2", "a3", "b1", "b2", "b3")  # a4 (the spare) is the only free node
+    spare_free = {"a4": free["a4"]}
+    placement, reclaim = spares.replace(topo, spare_free, free, lost, ("a4",))
+    assert reclaim == () and placement is not None and not placement.ok  # 1 on the spare, 2 nowhere
+    placement, reclaim = spares.replace(topo, spare_free, free_nodes("a1", "a2", "a3"), lost, ("a4",))
+    assert placement is not None and placement.ok and reclaim == ()
+    assert sorted(placement.assignments.values()) == ["a4", "b1", "b2"]  # the spare first, the rest beside
+
+
+def subgroup_pod(name: str, part: str, node_name: str = "") -> dict[str, Any]:
+    found = pod(name, "g", node_name)
+    found["metadata"]["labels"]["part"] = part
+    return found
+
+
+SUBGROUPS = {subgroups.KEYS_ANNOTATION: "part", subgroups.SIZE_ANNOTATION: "2",
+             subgroups.TIER_ANNOTATION: "1"}  # each part of 2 pods inside one leaf
+
+
+def test_a_gang_with_sub_groups_gets_its_spares_in_its_own_domain() -> None:
+    members = [("Pod", subgroup_pod(f"g-{i}", "x" if i < 2 else "y")) for i in range(4)]
+    state, topo = cluster(("PodGroup", group("g", 4, {**SUBGROUPS, spares.SPARE_REQUEST: "1"})), *members)
+    decision = decide(state, topo, view(state, "g"))
+    assert decision.ok and decision.spares is not None and len(decision.spares) == 1
+    spare = decision.spares[0]
+    assert spare not in placed_nodes(decision)
+    by_part: dict[str, set[str]] = {}
+    for key, node_name in decision.assignments.items():
+        by_part.setdefault(key[1].split("-")[1], set()).add(topo.node_leaf[node_name])
+    assert all(len(leaves) == 1 for leaves in by_part.values())  # the sub-groups' limits still hold
+    # the spare shares the gang's own lowest domain: using it will not raise the gang's tier
+    assert decision.placement is not None and decision.placement.domain == topo.lca([*placed_nodes(decision), spare])
+
+
+def test_a_gang_with_sub_groups_whose_spares_fit_nowhere_waits_and_says_why() -> None:
+    members = [("Pod", subgroup_pod(f"g-{i}", "x" if i < 2 else "y")) for i in range(4)]
+    busy = [("Pod", pod("z-0", "z", "b3"))]
+    state, topo = cluster(("PodGroup", group("g", 4, {**SUBGROUPS, spares.SPARE_REQUEST: "3"})),
+                          ("PodGroup", group("z", 1)), *members, *busy)
+    decision = decide(state, topo, view(state, "g"))  # 4 members + 3 spares > the 6 free nodes
+    assert not decision.ok and "its 3 spare node(s)" in decision.reason
+
+
+def test_lost_sub_group_members_fill_the_spare_first_and_the_rest_keeps_the_sub_groups_limit() -> None:
+    # part x (limit: one leaf) lost a1 and a2; the gang's spare a3 takes one pod, and the other must
+    # join it in leaf-a (a4), not the emptier leaf-b a plain placement would pick
+    members = [("Pod", subgroup_pod("g-0", "x")), ("Pod", subgroup_pod("g-1", "x")),
+               ("Pod", subgroup_pod("g-2", "y", "b1")), ("Pod", subgroup_pod("g-3", "y", "b2"))]
+    state, topo = cluster(("PodGroup", group("g", 4, SUBGROUPS)), *members, tainted=("a1", "a2"))
+    decision = decide(state, topo, view(state, "g"), reserved={("ns", "g"): ("a3",)})
+    assert sorted(decision.assignments.values()) == ["a3", "a4"] and decision.spares == ()

@@ -48,6 +48,9 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument("--spare-nodes", default="", metavar="N|P%", type=spare_value,
                      help="every gang of more than one pod asks this many warm spares (hypertopo.io/spare-nodes); "
                           "the same trace is replayed without spares too, and both are printed")
+    sim.add_argument("--recovery-seconds", default=0.0, type=recovery_value, metavar="S",
+                     help="seconds a replaced pod or a restarted gang takes from bound to running (the gang makes no "
+                          "progress meanwhile); the time to whole and the whole-time ratio count it (default 0)")
     add_common_arguments(sim, top=False)
     sim.set_defaults(handler=_simulate)
 
@@ -59,6 +62,17 @@ def spare_value(text: str) -> str:
     except spares.SpareRequestError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text.strip()
+
+
+def recovery_value(text: str) -> float:
+    """`--recovery-seconds`: 0 to a day (a bad one: one line, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:32]!r} is not a number of seconds") from None
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text[:32]!r} is not from 0 to 86400 seconds")
+    return value
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -74,11 +88,13 @@ def _simulate(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     topology = build(model_hypernodes(model))
     capacity = node_capacity(nodes, args.gpus_per_node)
-    simulation = Simulation(topology, capacity, trace, policy(args.policy), spare_nodes=args.spare_nodes)
+    simulation = Simulation(topology, capacity, trace, policy(args.policy), spare_nodes=args.spare_nodes,
+                            recovery_seconds=args.recovery_seconds)
     result = {"policy": args.policy, "model": args.model, "nodes": len(nodes),
               "hypernodes": len(topology.domains), **simulation.run()}
     if args.spare_nodes:  # the same trace without spares, beside it
-        result["without_spares"] = Simulation(topology, capacity, trace, policy(args.policy)).run()
+        result["without_spares"] = Simulation(topology, capacity, trace, policy(args.policy),
+                                              recovery_seconds=args.recovery_seconds).run()
     print(json.dumps(result, indent=2))
     return 0
 

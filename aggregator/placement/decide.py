@@ -181,7 +181,8 @@ def decide(
         return Decision(view, {}, None, reason=f"invalid {'sub-group policy' if isinstance(exc, subgroups.SubGroupError) else 'spare request'}: {exc}")
     own = reserved.get(view.key, ())
     if anchors and own:
-        early = _to_spares(state, topology, view, gang, own, blocked_nodes)
+        placer = _subgroup_placer(state, view, policies, anchors) if policies else core.place
+        early = _to_spares(state, topology, view, gang, own, blocked_nodes, excluded_domains, placer)
         if early is not None:
             return early
     chosen: dict[int, tuple[str, ...]] = {}
@@ -189,7 +190,10 @@ def decide(
     def attempt(blocked: frozenset[str]) -> Placement:
         def place(asked: Gang) -> Placement:
             if policies:
-                return _place_subgroups(topology, state, view, asked, policies, anchors, blocked, excluded_domains)
+                found, nodes = _subgroups_and_spares(topology, state, view, asked, policies, anchors, blocked,
+                                                     excluded_domains, 0 if anchors else count)
+                chosen[id(found)] = nodes
+                return found
             if count and not anchors:
                 found, nodes = spares.place(topology, state.free_index(topology), asked, count, excluded_nodes=blocked,
                                             excluded_domains=excluded_domains)
@@ -219,9 +223,10 @@ def _exclude_reserved(excluded: dict[str, str], view: GangView, reserved: spares
 
 
 def _to_spares(state: ClusterState, topology: Topology, view: GangView, gang: Gang, own: tuple[str, ...],
-               blocked: frozenset[str]) -> Decision | None:
-    """A re-placement onto the gang's own free spares (`spares.to_spares`), or the preemptible pods
-    to evict there first; None when the spares cannot take it (the gang is placed as usual)."""
+               blocked: frozenset[str], excluded_domains: frozenset[str], placer: spares.Placer) -> Decision | None:
+    """A re-placement onto the gang's own free spares, the pods they cannot take placed next to the
+    gang by `placer` (`spares.replace`), or the preemptible pods to evict there first; None when no
+    spare takes a pod or the rest fits nowhere (the gang is placed as usual)."""
     borrowed: dict[str, Resources] = {}
     victims: dict[str, list[PodKey]] = {}
     for node in own:
@@ -230,17 +235,47 @@ def _to_spares(state: ClusterState, topology: Topology, view: GangView, gang: Ga
             if pod is not None and spares.is_preemptible(pod):
                 borrowed[node] = borrowed.get(node, Resources()) + state.request_of(pod)
                 victims.setdefault(node, []).append(key)
-    placement, reclaim = spares.to_spares(topology, state.free(own), gang, own, excluded_nodes=blocked,
-                                          reclaimable=borrowed)
+    placement, reclaim = spares.replace(topology, state.free(own), state.free_index(topology), gang, own,
+                                        excluded_nodes=blocked, excluded_domains=excluded_domains,
+                                        reclaimable=borrowed, placer=placer)
     if reclaim:
         pods = tuple(k for node in reclaim for k in victims.get(node, ()))
         return Decision(view, {}, None, reason=f"gang {view.key[1]}: waiting for preemptible pods to leave its spare "
                         f"node(s) {', '.join(reclaim)}", spares=own, reclaim=pods)
-    if placement is None:
+    if placement is None or not placement.ok:
         return None
     by_name = {_spec_name(pod_key(p)): pod_key(p) for p in view.pending}
     return Decision(view, {by_name[name]: node for name, node in placement.assignments.items()}, placement,
                     spares=spares.remaining(own, placement.assignments.values()))
+
+
+def _subgroups_and_spares(topology: Topology, state: ClusterState, view: GangView, gang: Gang,
+                          policies: tuple[subgroups.Policy, ...], anchors: Mapping[PodKey, str],
+                          blocked: frozenset[str], excluded_domains: frozenset[str],
+                          count: int) -> tuple[Placement, tuple[str, ...]]:
+    """A gang with sub-groups placed as they say (`_place_subgroups`), then its `count` spares
+    beside it (`spares.beside`): the nested placement has its own objective, so the spares are
+    found around what it chose rather than placed with it."""
+    found = _place_subgroups(topology, state, view, gang, policies, anchors, blocked, excluded_domains)
+    if not count or not found.ok:
+        return found, ()
+    return spares.beside(topology, state.free_index(topology), found, gang, count, excluded_nodes=blocked,
+                         excluded_domains=excluded_domains)
+
+
+def _subgroup_placer(state: ClusterState, view: GangView, policies: tuple[subgroups.Policy, ...],
+                     anchors: Mapping[PodKey, str]) -> spares.Placer:
+    """`spares.replace`'s placer for a gang with sub-groups: the pods its spares did not take are
+    placed as its sub-groups say, the pods on spares counted with the running members."""
+    keys = {_spec_name(pod_key(p)): pod_key(p) for p in view.pending}
+
+    def placer(topology: Topology, _free: Mapping[str, Resources], rest: Gang, *, excluded_nodes: frozenset[str],
+               excluded_domains: frozenset[str]) -> Placement:
+        on_spares = {keys[name]: node for name, node in rest.running.items() if name in keys}
+        return _place_subgroups(topology, state, view, rest, policies, {**anchors, **on_spares}, excluded_nodes,
+                                excluded_domains)
+
+    return placer
 
 
 def _place_subgroups(topology: Topology, state: ClusterState, view: GangView, gang: Gang,

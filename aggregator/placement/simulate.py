@@ -16,7 +16,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from aggregator.placement.free_index import FreeIndex
 from aggregator.placement.gang import Gang, Mode, Placement, PodSpec
 from aggregator.placement.policies import Policy
 from aggregator.placement.resources import Resources
+from aggregator.placement.sim_recovery import WholeBook
 from aggregator.placement.spare_book import SpareBook
 from aggregator.placement.topology import Topology
 from aggregator.placement.trace import Failure, Job, Trace
@@ -73,6 +74,8 @@ class _Run:
     pods: dict[str, PodSpec]
     where: dict[str, str]  # pod -> node
     token: int
+    ends: float  # when its work is done if it stays whole
+    left: float = 0.0  # work left when a fault broke it (no progress until whole again)
 
 
 @dataclass
@@ -89,18 +92,31 @@ class _Stats:
     crossings: dict[int, list[int]] = field(default_factory=dict)  # tier -> [crossed, minimum], summed
     at_minimum: int = 0  # gangs whose rank order crosses the fewest boundaries at every tier
     ranked: int = 0  # gangs read in rank order
+    unfit_skipped: int = 0  # queued gangs no domain could hold: not offered to the policy
+
+
+_FULL = Resources()  # what the index shows for a node held out of every placement
 
 
 class Simulation:
-    """One replay. `run()` returns the JSON-ready summary."""
+    """One replay. `run()` returns the JSON-ready summary.
+
+    Down nodes and reserved spares are held out of the free index (shown full, their real free
+    capacity kept aside in `held`) rather than excluded at every decision: excluding hundreds of
+    spares took them out of the index and put them back per decision, which made a busy 10k-node
+    replay with spares take hours. A queued gang that no domain can hold now (an aggregate read,
+    `core.lowest_feasible_tier`) is not offered to the policy, whose failure would count every node.
+    `recovery_seconds`: a replaced pod, or a restarted gang, runs that long after being bound."""
 
     def __init__(self, topology: Topology, capacity: Mapping[str, Resources], trace: Trace,
-                 policy: Policy, *, judge_tiers: bool = True, spare_nodes: str = "") -> None:
+                 policy: Policy, *, judge_tiers: bool = True, spare_nodes: str = "",
+                 recovery_seconds: float = 0.0) -> None:
         self.topology, self.trace, self.policy, self.judge = topology, trace, policy, judge_tiers
         self.free = FreeIndex(topology, capacity)  # aggregates kept per bind, as the live scheduler does
         self.total_gpus = sum(r.gpus for r in capacity.values())
         self.down_nodes: set[str] = set()
         self.down_domains: set[str] = set()
+        self.held: dict[str, Resources] = {}  # node held out of the index -> its real free resources
         self.queue: list[Job] = []
         self.started: set[str] = set()
         self.running: dict[str, _Run] = {}
@@ -111,45 +127,103 @@ class Simulation:
         self.clock = 0.0
         self.used_gpus = 0
         self.book = SpareBook(spare_nodes, capacity)  # warm spares (`spares`): who holds which, what they cost
+        self.whole = WholeBook(recovery_seconds)
+        self.unwhole = 0  # recoveries still open when the replay ended
+        self._gangs: dict[str, Gang] = {}
 
     def _push(self, at: float, kind: str, payload: Any) -> None:
         heapq.heappush(self.events, (at, next(self.seq), kind, payload))
 
-    def _decide(self, gang: Gang, *, fresh: bool = False) -> Placement:
-        """The policy's placement, off other gangs' spares; a gang starting (`fresh`) that asks
-        spares is placed with them (`spares.place`) and holds them."""
-        begin = time.perf_counter()
-        excluded, domains = frozenset(self.down_nodes | self.book.others(gang.name)), frozenset(self.down_domains)
-        count = self.book.count(gang) if fresh else 0
-        if count:
-            placement, nodes = spares.place(self.topology, self.free, gang, count, excluded_nodes=excluded,
-                                            excluded_domains=domains, placer=self.policy)
-            if placement.ok:
-                self.book.reserve(gang.name, nodes)
-        else:
-            placement = self.policy(self.topology, self.free, gang, excluded_nodes=excluded, excluded_domains=domains)
-        self.stats.latencies_ms.append((time.perf_counter() - begin) * 1000)
-        return placement
+    # -- free capacity: the index, with down nodes and reserved spares held out ---------------------
+
+    def _sync(self, nodes: Iterable[str]) -> None:
+        """Hold a node out of the index while it is down or some gang's spare; put it back after."""
+        for node in nodes:
+            out = node in self.down_nodes or self.book.holds(node)
+            if out and node not in self.held:
+                self.held[node] = self.free[node]
+                self.free.set(node, _FULL)
+            elif not out and node in self.held:
+                self.free.set(node, self.held.pop(node))
 
     def _take(self, run: _Run, where: Mapping[str, str], sign: int) -> None:
         for pod, node in where.items():
             request = run.pods[pod].request
-            self.free.set(node, self.free[node] - request if sign > 0 else self.free[node] + request)
+            if node in self.held:
+                self.held[node] = self.held[node] - request if sign > 0 else self.held[node] + request
+            else:
+                self.free.set(node, self.free[node] - request if sign > 0 else self.free[node] + request)
             self.used_gpus += sign * request.gpus
 
+    def _reserve(self, gang: str, nodes: Iterable[str]) -> None:
+        before = self.book.of(gang)
+        self.book.reserve(gang, nodes)
+        self._sync({*before, *self.book.of(gang)})
+
+    def _release(self, gang: str) -> None:
+        before = self.book.of(gang)
+        self.book.release(gang)
+        self._sync(before)
+
+    # -- decisions -------------------------------------------------------------------------------
+
+    def _decide(self, gang: Gang, *, fresh: bool = False) -> Placement:
+        """The policy's placement, off other gangs' spares (held out); a gang starting (`fresh`)
+        that asks spares is placed with them (`spares.place`) and holds them."""
+        begin = time.perf_counter()
+        domains = frozenset(self.down_domains)
+        count = self.book.count(gang) if fresh else 0
+        if count:
+            placement, nodes = spares.place(self.topology, self.free, gang, count, excluded_domains=domains,
+                                            placer=self.policy)
+            if placement.ok:
+                self._reserve(gang.name, nodes)
+        else:
+            placement = self.policy(self.topology, self.free, gang, excluded_domains=domains)
+        self.stats.latencies_ms.append((time.perf_counter() - begin) * 1000)
+        return placement
+
+    def _fits(self, gang: Gang) -> tuple[bool, int | None]:
+        """(whether some domain holds the gang and the spares it asks, its lowest feasible tier)."""
+        domains = frozenset(self.down_domains)
+        lowest = lowest_feasible_tier(self.topology, self.free, gang, excluded_domains=domains)
+        count = self.book.count(gang)
+        if lowest is None or not count:
+            return lowest is not None, lowest
+        inflated = spares.inflate(gang, count)
+        return lowest_feasible_tier(self.topology, self.free, inflated, excluded_domains=domains) is not None, lowest
+
+    def _gang(self, job: Job) -> Gang:
+        """The job's gang, built once: a busy queue asks for it at every pass."""
+        found = self._gangs.get(job.name)
+        if found is None:
+            found = self._gangs[job.name] = gang_of(job)
+        return found
+
     def _try_start(self, job: Job) -> bool:
-        gang = gang_of(job)
-        lowest = None
-        if self.judge:
-            lowest = lowest_feasible_tier(self.topology, self.free, gang, excluded_nodes=frozenset(self.down_nodes),
-                                          excluded_domains=frozenset(self.down_domains))
+        gang = self._gang(job)
+        fits, lowest = self._fits(gang)
+        if not fits:
+            self.stats.unfit_skipped += 1
+            return False
         placement = self._decide(gang, fresh=True)
         if not placement.ok:
             return False
-        run = _Run(job, {p.name: p for p in gang.pods}, dict(placement.assignments), next(self.tokens))
+        self._start(job, gang, placement)
+        if self.judge and lowest is not None and placement.tier is not None:
+            self.stats.judged += 1
+            self.stats.at_lowest += placement.tier <= lowest
+        return True
+
+    def _start(self, job: Job, gang: Gang, placement: Placement) -> None:
+        whole_at = self.whole.started(job.name, self.clock)
+        run = _Run(job, {p.name: p for p in gang.pods}, dict(placement.assignments), next(self.tokens),
+                   whole_at + job.duration, left=job.duration)
         self._take(run, run.where, +1)
         self.running[job.name] = run
-        self._push(self.clock + job.duration, "finish", (job.name, run.token))
+        if self.whole.is_broken(job.name):  # a restart after a fault: whole once it runs
+            self._push(whole_at, "whole", (job.name, run.token))
+        self._push(run.ends, "finish", (job.name, run.token))
         if job.name not in self.started:
             self.started.add(job.name)
             self.stats.delays.append(self.clock - job.arrival)
@@ -157,10 +231,6 @@ class Simulation:
         if placement.tier is not None:
             self.stats.tiers.append(placement.tier)
             self.stats.leaves.append(placement.leaves)
-            if lowest is not None:
-                self.stats.judged += 1
-                self.stats.at_lowest += placement.tier <= lowest
-        return True
 
     def _count_crossings(self, placement: Placement, gang: Gang) -> None:
         order = ranks.nodes_in_rank_order(placement.assignments, gang.pods)
@@ -178,20 +248,29 @@ class Simulation:
             if not self._try_start(job):
                 self.queue.append(job)
 
+    # -- events ----------------------------------------------------------------------------------
+
     def _finish(self, name: str, token: int) -> None:
         run = self.running.get(name)
         if run is None or run.token != token:
-            return  # a stale completion of a gang that was restarted
+            return  # a stale completion of a gang that was restarted or delayed by a recovery
         self._take(run, run.where, -1)
         del self.running[name]
-        self.book.release(name)
+        self._release(name)
+        self.whole.ended(name, self.clock)
         self.stats.completed += 1
         self._drain_queue()
+
+    def _whole(self, name: str, token: int) -> None:
+        run = self.running.get(name)
+        if run is not None and run.token == token:
+            self.whole.whole(name, self.clock)
 
     def _fault(self, failure: Failure, down: bool) -> None:
         if failure.node is not None:
             (self.down_nodes.add if down else self.down_nodes.discard)(failure.node)
             lost = {failure.node}
+            self._sync(lost)
         else:
             name = failure.hypernode or ""
             (self.down_domains.add if down else self.down_domains.discard)(name)
@@ -209,37 +288,51 @@ class Simulation:
         action = run.job.on_fabric_fault
         if action == "none":
             return
+        name = run.job.name
+        if not self.whole.is_broken(name):
+            run.left = max(0.0, run.ends - self.clock)
+        self.whole.broken(name, self.clock)
         if action == "restart-pods" and self._replace_pods(run, hit):
             return
         self._take(run, run.where, -1)
         self.stats.evictions += len(run.where)
-        del self.running[run.job.name]
-        self.book.release(run.job.name)
+        del self.running[name]
+        self._release(name)
         self.queue.insert(0, run.job)
 
     def _replace_pods(self, run: _Run, hit: dict[str, str]) -> bool:
         """Evict only the pods on lost nodes and place them next to the rest of the gang: on its
-        spares first (`spares.to_spares`), else where the policy says."""
+        spares first, the rest where the policy says (`spares.replace`). The gang runs whole
+        `recovery_seconds` later and its work resumes then."""
         before = describe(self.topology, run.where).tier
         self._take(run, hit, -1)
         self.stats.evictions += len(hit)
         for pod in hit:
             del run.where[pod]
-        base = gang_of(run.job)
+        base = self._gang(run.job)
         gang = Gang(base.name, tuple(run.pods[p] for p in sorted(hit)), mode=base.mode,
                     highest_tier=base.highest_tier, highest_tier_name=base.highest_tier_name,
                     running=dict(run.where))
-        placement, _ = spares.to_spares(self.topology, self.free, gang, self.book.of(base.name),
-                                        excluded_nodes=frozenset(self.down_nodes))
-        on_spares = placement is not None
+        own = self.book.of(base.name)
+        domains = frozenset(self.down_domains)
+        placement, _ = spares.replace(self.topology, {n: self.held[n] for n in own if n in self.held}, self.free, gang,
+                                      own, excluded_nodes=frozenset(self.down_nodes), excluded_domains=domains,
+                                      placer=self.policy)
         placement = placement or self._decide(gang)
         if not placement.ok:
-            self.book.recovered(before, None, on_spares=False)
+            self.book.recovered(before, None, on_spares=0, pods=len(hit))
             return False
+        taken = [n for n in placement.assignments.values() if n in own]
         self._take(run, placement.assignments, +1)
         run.where.update(placement.assignments)
-        self.book.used(base.name, placement.assignments.values())
-        self.book.recovered(before, describe(self.topology, run.where).tier, on_spares=on_spares)
+        self.book.used(base.name, taken)
+        self._sync(taken)
+        self.book.recovered(before, describe(self.topology, run.where).tier, on_spares=len(taken), pods=len(hit))
+        run.token = next(self.tokens)
+        whole_at = self.clock + self.whole.delay
+        run.ends = whole_at + run.left
+        self._push(whole_at, "whole", (base.name, run.token))
+        self._push(run.ends, "finish", (base.name, run.token))
         return True
 
     def run(self) -> dict[str, Any]:
@@ -257,8 +350,11 @@ class Simulation:
                     self.queue.append(payload)
             elif kind == "finish":
                 self._finish(*payload)
+            elif kind == "whole":
+                self._whole(*payload)
             else:
                 self._fault(payload, down=kind == "fail")
+        self.unwhole = self.whole.close(self.clock)
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
@@ -278,5 +374,6 @@ class Simulation:
             "rank_order_crossings": {str(t): {"tier_name": self.topology.tier_names.get(t, ""), "crossed": c,
                                               "minimum": m} for t, (c, m) in sorted(s.crossings.items())},
             "gangs_at_minimum_crossings": f"{s.at_minimum}/{s.ranked}",
-            **self.book.summary(),
+            "unfit_skipped": s.unfit_skipped,
+            **self.book.summary(), **self.whole.summary(self.unwhole),
         }

@@ -11,7 +11,9 @@ able to take the gang's largest pod; those nodes are reserved for it:
 - preemptible work may use them: pods labelled `hypertopo.io/preemptible: "true"` or with a
   priority below 0. When a spare is needed, those pods are evicted first (`reclaim`);
 - a re-placement of the gang (pods recreated after a fault) goes to its free spares before
-  anything else, so its lowest domain, and tier, stays the same while a spare is free;
+  anything else, so its lowest domain, and tier, stays the same while a spare is free; when
+  more pods are lost than spares are free, the spares take what they can and only the rest is
+  placed next to the gang (`replace`);
 - the reservation is written on the PodGroup as `hypertopo.io/spares` (a JSON list of nodes), so
   a restarted scheduler derives the same reservations from the PodGroups it lists, and it ends
   with the PodGroup (deleted, or Completed/Failed).
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aggregator.placement import core, ranks
-from aggregator.placement.gang import ROOT, Gang, Placement, PodSpec, Unplaceable
+from aggregator.placement.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
 from aggregator.placement.resources import Resources
 from aggregator.placement.topology import Topology
 
@@ -133,6 +135,16 @@ def _largest(pods: Iterable[PodSpec]) -> Resources:
     return out
 
 
+def inflate(gang: Gang, count: int) -> Gang:
+    """The gang plus `count` placeholder pods of its largest request: what must fit in one domain
+    for the gang to be placed with its spares (`place`; the simulator's cheap fit check)."""
+    spare = _largest(gang.pods)
+    extra = tuple(PodSpec(f"{_SPARE_POD}{i:02d}", spare) for i in range(count))
+    need = None if gang.min_member is None else gang.required + count
+    return Gang(gang.name, gang.pods + extra, need, gang.mode, gang.highest_tier, gang.highest_tier_name,
+                gang.running, gang.preferred_nodes)
+
+
 def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, count: int, *,
           excluded_nodes: frozenset[str] = frozenset(), excluded_domains: frozenset[str] = frozenset(),
           placer: Placer = core.place) -> tuple[Placement, tuple[str, ...]]:
@@ -143,11 +155,7 @@ def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, count: 
     nodes become the spares, topped up from the domain's other free nodes where a placeholder
     shared a node with a member (several pods per node)."""
     spare = _largest(gang.pods)
-    extra = tuple(PodSpec(f"{_SPARE_POD}{i:02d}", spare) for i in range(count))
-    need = None if gang.min_member is None else gang.required + count
-    inflated = Gang(gang.name, gang.pods + extra, need, gang.mode, gang.highest_tier, gang.highest_tier_name,
-                    gang.running, gang.preferred_nodes)
-    found = placer(topology, free, inflated, excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
+    found = placer(topology, free, inflate(gang, count), excluded_nodes=excluded_nodes, excluded_domains=excluded_domains)
     real = {p: n for p, n in found.assignments.items() if not p.startswith(_SPARE_POD)}
     if not found.ok or len(real) < gang.required:
         return _short(gang, count, found.failure.message if found.failure else "no node fits"), ()
@@ -163,6 +171,36 @@ def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, count: 
     ordered = ranks.in_fabric_order(topology, real, gang.pods)
     # the gang's domain is the one holding its members and its spares: what its tier is judged by
     return core.describe(topology, ordered, [*gang.running.values(), *chosen]), tuple(sorted(chosen))
+
+
+def beside(topology: Topology, free: Mapping[str, Resources], placement: Placement, gang: Gang, count: int, *,
+           excluded_nodes: frozenset[str] = frozenset(),
+           excluded_domains: frozenset[str] = frozenset()) -> tuple[Placement, tuple[str, ...]]:
+    """`count` spares for a gang placed by another path (sub-groups, `nested`), whose objective
+    cannot be asked to hold placeholders: whole-enough free nodes in the placement's own domain,
+    else in the nearest domain above it that has them (never above a hard tier limit), nodes in
+    the leaves the gang uses first. The placement comes back described with its spares (the
+    domain they share), or as a failure when no allowed domain holds them."""
+    spare = _largest(gang.pods)
+    used = {*placement.assignments.values(), *gang.running.values()}
+    leaves = {topology.node_leaf.get(n) for n in used}
+    limit, _ = core.resolve_limit(topology, gang)
+    position = topology.fabric_position
+    start = placement.domain or ROOT
+    for domain in (*topology.chains.get(start, ()), ROOT):
+        tier = topology.domains[domain].tier if domain in topology.domains else topology.top_tier + 1
+        if gang.mode is Mode.HARD and limit is not None and tier > limit:
+            break
+        if domain in excluded_domains:
+            continue
+        pool = topology.nodes_of(domain) if domain != ROOT else list(topology.node_leaf)
+        fit = [n for n in pool if n not in used and n not in excluded_nodes and n in free and free[n].covers(spare)
+               and not any(d in excluded_domains for d in topology.chains.get(topology.node_leaf.get(n, ""), ()))]
+        if len(fit) >= count:
+            fit.sort(key=lambda n: (topology.node_leaf.get(n) not in leaves, position.get(n, -1), n))
+            chosen = tuple(sorted(fit[:count]))
+            return core.describe(topology, placement.assignments, [*gang.running.values(), *chosen]), chosen
+    return _short(gang, count, f"no domain from {start} up holds {count} more whole free node(s)"), ()
 
 
 def _swap_out(topology: Topology, free: Mapping[str, Resources], assignments: Mapping[str, str],
@@ -197,14 +235,14 @@ def _short(gang: Gang, count: int, why: str) -> Placement:
 
 def to_spares(topology: Topology, free: Mapping[str, Resources], gang: Gang, spares: Iterable[str], *,
               excluded_nodes: frozenset[str] = frozenset(),
-              reclaimable: Mapping[str, Resources] | None = None) -> tuple[Placement | None, tuple[str, ...]]:
-    """A re-placement of the gang's pending pods onto its own spares, one pod per spare, before
-    anything else: the spares are in the gang's lowest domain, so its tier does not rise.
+              reclaimable: Mapping[str, Resources] | None = None) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The gang's pending pods that its own spares take now, one pod per spare, in the pods' order
+    and the spares' fabric order: (pod -> spare, spares whose preemptible pods must leave first).
 
-    Returns (placement, nodes whose preemptible pods must leave first). The placement is None
-    when the free spares cannot take every pending pod (the caller then places as usual). A spare
-    that holds the pod only once its preemptible pods (`reclaimable`) are gone is named in the
-    second element, and the placement is then None too: the pods wait for the room."""
+    Partial on purpose: with two pods lost and one spare free, one pod goes to the spare and the
+    other is placed next to the gang (`replace`), instead of both being placed as if the gang had
+    no spare. A pod that fits a spare only once its borrowers (`reclaimable`) are gone names that
+    spare in the second element."""
     usable = sorted((n for n in spares if n not in excluded_nodes and n in free),
                     key=lambda n: topology.fabric_position.get(n, -1))
     borrowed = reclaimable or {}
@@ -215,13 +253,42 @@ def to_spares(topology: Topology, free: Mapping[str, Resources], gang: Gang, spa
         if node is None:
             node = next((n for n in usable if (free[n] + borrowed.get(n, Resources())).covers(pod.request)), None)
             if node is None:
-                return None, ()
+                continue
             reclaim.append(node)
         usable.remove(node)
         out[pod.name] = node
-    if reclaim:
-        return None, tuple(reclaim)
-    return core.describe(topology, ranks.in_fabric_order(topology, out, gang.pods), gang.running.values()), ()
+    return ({} if reclaim else out), tuple(reclaim)
+
+
+def replace(topology: Topology, spare_free: Mapping[str, Resources], free: Mapping[str, Resources], gang: Gang,
+            spares: Iterable[str], *, excluded_nodes: frozenset[str] = frozenset(),
+            excluded_domains: frozenset[str] = frozenset(), reclaimable: Mapping[str, Resources] | None = None,
+            placer: Placer = core.place) -> tuple[Placement | None, tuple[str, ...]]:
+    """A re-placement of the gang's pending pods: its own free spares first (`to_spares`), the
+    pods left over placed by `placer` next to the running members and the pods on spares (they
+    are the gang's anchors then), so the gang's domain rises only by what the spares could not
+    take. `spare_free`: free resources of the spares; `free`: of every other node.
+
+    Returns (placement, spares to reclaim first). None with no reclaim: no spare took a pod (the
+    caller places as usual); None with reclaim: the pods wait for the borrowers to leave. When
+    the left-over pods fit nowhere, the placement is the placer's failure."""
+    own = tuple(spares)
+    on_spares, reclaim = to_spares(topology, spare_free, gang, own, excluded_nodes=excluded_nodes,
+                                   reclaimable=reclaimable)
+    if reclaim or not on_spares:
+        return None, reclaim
+    anchors = {**gang.running, **on_spares}
+    rest = tuple(p for p in gang.pods if p.name not in on_spares)
+    if not rest:
+        return core.describe(topology, ranks.in_fabric_order(topology, on_spares, gang.pods), gang.running.values()), ()
+    need = None if gang.min_member is None else max(0, gang.min_member - len(on_spares))
+    found = placer(topology, free, Gang(gang.name, rest, need, gang.mode, gang.highest_tier, gang.highest_tier_name,
+                                        anchors, gang.preferred_nodes),
+                   excluded_nodes=excluded_nodes | set(own), excluded_domains=excluded_domains)
+    if not found.ok:
+        return found, ()
+    chosen = {**on_spares, **found.assignments}
+    return core.describe(topology, ranks.in_fabric_order(topology, chosen, gang.pods), gang.running.values()), ()
 
 
 def remaining(spares: Iterable[str], used: Iterable[str], failed: Iterable[str] = ()) -> tuple[str, ...]:

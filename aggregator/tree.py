@@ -59,6 +59,7 @@ class Domain:
     # mark: "✗" failed (Ready=False), "?" unknown, "!" degraded or within the threshold
     blamed: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     more_blamed: int = 0  # "and N more" in the messages
+    measured: str = ""  # the measured p50s of the annotations (aggregator.sources.measured), as shown
 
     @property
     def bad(self) -> bool:
@@ -155,7 +156,18 @@ def domain_of(obj: Mapping[str, Any]) -> Domain | None:
         conditions=conditions,
         blamed=dict(sorted(blamed.items())),
         more_blamed=more,
+        measured=_measured(_map(metadata.get("annotations"))),
     )
+
+
+def _measured(annotations: Mapping[str, Any]) -> str:
+    """`p50 12 us inside, 140 us to siblings` from the measured-fabric annotations ("" without)."""
+    parts = []
+    for key, what in (("hypertopo.io/measured-inside-p50-us", "inside"), ("hypertopo.io/measured-sibling-p50-us", "to siblings")):
+        value = annotations.get(key)
+        if isinstance(value, str) and value.isdigit() and len(value) < 10:
+            parts.append(f"{value} us {what}")
+    return f"p50 {', '.join(parts)}" if parts else ""
 
 
 class Tree:
@@ -248,7 +260,8 @@ def _line(tree: Tree, domain: Domain, view: View) -> str:
     colour = GREEN if not domain.bad else (YELLOW if _only_unsure_or_degraded(domain) else RED)
     count = tree.node_count(domain.name)
     nodes = f"{count} node{'s' if count != 1 else ''}"
-    return f"{_paint(domain.tier_name, DIM, view)} {_paint(domain.name, BOLD, view)}  {nodes}  {_paint(state, colour, view)}"
+    measured = f"  {_paint(domain.measured, DIM, view)}" if domain.measured else ""
+    return f"{_paint(domain.tier_name, DIM, view)} {_paint(domain.name, BOLD, view)}  {nodes}  {_paint(state, colour, view)}{measured}"
 
 
 def _only_unsure_or_degraded(domain: Domain) -> bool:

@@ -113,6 +113,9 @@ def test_measurements_annotate_hypernodes_and_a_slow_node_degrades_its_leaf(plan
                              if k in (INSIDE, SIBLING)}  # fmt: skip
         wait_for(lambda: annotated() == {INSIDE: "10", SIBLING: "100"}, timeout=20, what="the measured annotations")
         assert live(plane)["spine-spine1"]["metadata"]["annotations"][INSIDE] == "100"
+        tree = subprocess.run([sys.executable, "-m", "aggregator", "tree", "--kubeconfig", str(plane.kubeconfig),
+                               "--color", "never"], capture_output=True, text=True, cwd=REPO, check=True).stdout  # fmt: skip
+        assert "leaf leaf-leaf1  4 nodes  Ready  p50 10 us inside, 100 us to siblings" in tree, tree
         samples = scrape(port)
         assert samples['hypertopo_measured_hypernode_p50_seconds{hypernode="leaf-leaf2",scope="inside"}'] == 1e-5
         assert samples['hypertopo_measured_tier_p50_seconds{tier="2"}'] == 1e-4

@@ -4,13 +4,20 @@
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: test setup lint bench
+.PHONY: test setup lint bench demo
 
 setup:
 	bash tests/setup.sh
 
 test: setup
 	$(VENV)/bin/python -m pytest -ra -p no:cacheprovider --durations=20
+
+# `make demo`: the end-to-end fabric lab (tests/lab/fabric_lab.py) on this machine, after the same
+# setup as `make test`: lldpd switches and hosts in network namespaces, a real API server, the three
+# programs; it prints each step (the tree, a gang placed, a cut link, Ready=False, the pods moved).
+# Needs root (network namespaces).
+demo: setup
+	$(VENV)/bin/python -u tests/lab/fabric_lab.py
 
 lint:
 	$(VENV)/bin/python -m ruff check agent aggregator tests

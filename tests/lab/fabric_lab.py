@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -252,6 +253,14 @@ def lab(log: Callable[[str], None] = print) -> Iterator[FabricLab]:
 
 
 def demo() -> int:
+    if os.geteuid() != 0:
+        print("fabric lab: needs root (it makes network namespaces and veth pairs); run `sudo make demo`",
+              file=sys.stderr)
+        return 2
+    # A `kill` (SIGTERM) unwinds like Ctrl-C, so the namespaces, lldpd and the control plane go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print("fabric lab: starting lldpd switches and hosts in network namespaces, etcd + kube-apiserver + kwok,\n"
+          "an agent per host, the aggregator and the scheduler (about a minute) ...")
     with lab() as the_lab:
         t0 = time.monotonic()
         wait_for("two Ready leaves under a spine", the_lab.tree_is_ready, timeout=60)

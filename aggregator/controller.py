@@ -156,6 +156,8 @@ class Options:
     # the configured sources besides the reports, and --fabric-interfaces: what explains an empty tree
     fabric_sources: tuple[str, ...] = ()
     fabric_pattern: str | None = None
+    # the Node labels the sources read besides hypertopo's own (slim.labels_read); None: every label
+    node_label_keys: frozenset[str] | None = None
 
 
 def reports_of_members(topologies: Mapping[str, Obj], nodes: Mapping[str, Obj]) -> dict[str, Obj]:
@@ -168,9 +170,9 @@ def orphaned_reports(topologies: Mapping[str, Obj], nodes: Mapping[str, Obj]) ->
     return sorted(name for name in topologies if name not in nodes)
 
 
-def _slim_nodes(written: Mapping[str, Obj]) -> dict[str, Obj]:
+def _slim_nodes(written: Mapping[str, Obj], record: Callable[[Obj], Obj]) -> dict[str, Obj]:
     """Nodes our writes returned, kept as the informer keeps them until its watch catches up."""
-    return {name: slim.slim_node(node) for name, node in written.items()}
+    return {name: record(node) for name, node in written.items()}
 
 
 def freeze_start_up_heap() -> bool:
@@ -184,6 +186,7 @@ def freeze_start_up_heap() -> bool:
     first, so the start-up's own cyclic garbage is freed rather than frozen."""
     gc.collect()
     gc.freeze()
+    slim.release_free_heap()  # what decoding the initial lists' pages took, back to the system
     return True
 
 
@@ -217,7 +220,8 @@ class Controller:
         # slim records (aggregator.slim): the parsed report, the Node and agent pod fields read
         self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake, track_changes=True,
                                    transform=slim.slim_topology)
-        self.nodes = Informer(kube, kubeapi.NODES, on_change=wake, track_changes=True, transform=slim.slim_node)
+        self._node_record = slim.aggregator_node(options.node_label_keys)
+        self.nodes = Informer(kube, kubeapi.NODES, on_change=wake, track_changes=True, transform=self._node_record)
         self.pods = Informer(
             kube,
             kubeapi.PODS,
@@ -390,7 +394,7 @@ class Controller:
         writes = outcome.total_writes
         if self.options.node_labels:
             marks = self.marker.apply_labels(desired.node_labels, view.nodes)
-            self._node_overlay.written.update(_slim_nodes(marks.written))
+            self._node_overlay.written.update(_slim_nodes(marks.written, self._node_record))
             writes += sum(marks.writes.values())
         if self.kueue is not None:
             writes += self.kueue.sync(desired.hypernodes, self.clock())
@@ -399,13 +403,13 @@ class Controller:
         if self.options.taint_unhealthy:
             nodes = self._node_overlay.view(self.nodes.snapshot())
             marks = self.marker.apply_taints(desired.unhealthy_nodes, nodes)
-            self._node_overlay.written.update(_slim_nodes(marks.written))
+            self._node_overlay.written.update(_slim_nodes(marks.written, self._node_record))
             writes += sum(marks.writes.values())
         if self.options.mark_degraded:
             nodes = self._node_overlay.view(self.nodes.snapshot())
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
             marks = self.marker.apply_degraded(desired.degraded_nodes, nodes, since)
-            self._node_overlay.written.update(_slim_nodes(marks.written))
+            self._node_overlay.written.update(_slim_nodes(marks.written, self._node_record))
             writes += sum(marks.writes.values())
         if writes:
             log.info("reconcile: %d API writes (%s)", writes, dict(outcome.writes))
@@ -567,6 +571,7 @@ def run(args: argparse.Namespace) -> int:
         mark_degraded=args.mark_degraded,
         fabric_sources=tuple(s.name for s in sources if not isinstance(s, NodeReports)),
         fabric_pattern=next((s.fabric_interfaces for s in sources if isinstance(s, NodeReports)), None),
+        node_label_keys=slim.labels_read(sources),
     )
     measured = next((s for s in sources if isinstance(s, MeasuredFabric)), None)
     controller = Controller(kube, compute, options=options, metrics=metrics, may_write=may_write,

@@ -10,13 +10,16 @@ same shape, so every reader keeps working on it unchanged (the client-go informe
 - Node (`slim_node`): name, uid, resourceVersion, every label (the scheduler's node selectors and
   the label-level sources may read any), the `hypertopo.io/` annotations, the managedFields
   entries of hypertopo's own field managers (node_marks reads which labels and annotations it
-  owns), taints, unschedulable, the Ready condition's status, allocatable.
+  owns), taints, unschedulable, the Ready condition's status, allocatable. The aggregator's own
+  record (`aggregator_node`) keeps of the labels only hypertopo's and those its label levels name
+  (no other aggregator module reads a label; the scheduler's node selectors may read any), and no
+  allocatable: a kubelet's thirty labels were most of what an aggregator kept per Node.
 - NodeTopology (`slim_topology`): name, uid, resourceVersion, the digest of the probe-plan row in
   its status (`measure_rows.PLAN_DIGEST_KEY`) and the parsed report (or why it could not be parsed)
   under `nodetopology.PARSED_KEY`; `report_from_object` returns it as is. The
-  report's many equal parts (NVLink entries, the per-GPU link tuples, health values, repeated
-  strings) are shared between reports (`share_report`): 144 NVLink entries of an 8-GPU node, equal
-  on every healthy node, were half of a parsed report's memory.
+  report is the aggregator's copy (aggregator.slim_report): the fields no aggregator module reads
+  (GPU UUIDs, MACs, LIDs, ...) dropped (`trim_report`), its equal parts (NVLink domain, health
+  values, interfaces, repeated strings) shared between reports (`share_report`).
 - Pod (`slim_pod`, the scheduler's): metadata without managedFields and the kubectl
   last-applied annotation; the spec fields placement, filters and gangs read (containers and init
   containers reduced to name and resources); phase, conditions and nominatedNodeName.
@@ -30,15 +33,16 @@ keys and values are interned: at 100,000 nodes the same thirty keys are one stri
 
 from __future__ import annotations
 
-import dataclasses
+import ctypes
+import functools
 import sys
-from collections.abc import Mapping
-from types import MappingProxyType
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from agent.measure_rows import PLAN_DIGEST_KEY
-from agent.report import ComponentHealth, GpuFabric, NodeReport, NvLink, NvLinkDomain
 from aggregator.node_marks import DEGRADED_MANAGER, LABEL_MANAGER, LABEL_PREFIX
+from aggregator.slim_report import share_report, trim_report
+from aggregator.sources import Source
 from aggregator.sources.nodetopology import PARSED_KEY, report_from_object
 
 Obj = dict[str, Any]
@@ -47,12 +51,7 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 POD_SPEC_KEPT = ("nodeName", "schedulerName", "nodeSelector", "tolerations", "affinity", "overhead",
                  "priority", "priorityClassName", "topologySpreadConstraints", "schedulingGroup")
 POD_STATUS_KEPT = ("phase", "conditions", "nominatedNodeName")
-# report parts shared between reports when equal: value objects, never a node's own identity
-SHARED_CLASSES = (NvLink, ComponentHealth, GpuFabric, NvLinkDomain)
-EMPTY: Mapping[str, Any] = MappingProxyType({})  # every empty map of a report (counters, ...): one, read-only
-# one node's own names (GUIDs, UUIDs, MACs): never equal to another's, so not worth a shared-table entry
-OWN_FIELDS = frozenset({"node_name", "hostname", "uuid", "node_guid", "sys_image_guid", "node_desc", "mac", "gids"})
-SHARED_LIMIT = 200_000  # parts remembered; past it the table starts over (sharing is an economy only)
+SHARED_META = ("namespace", "generateName", "ownerReferences")  # what a job's pods have in common
 
 
 def _text(value: Any) -> Any:
@@ -61,6 +60,45 @@ def _text(value: Any) -> Any:
 
 def _interned(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
     return {_text(k): _text(v) for k, v in (mapping or {}).items()}
+
+
+# -- equal parts shared between records -------------------------------------------------------------
+
+_parts: dict[Any, Any] = {}  # the key of a JSON value -> the one instance kept of it
+PARTS_LIMIT = 50_000  # distinct parts remembered; past it the table starts over (sharing is an economy only)
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _part_key(value: Any) -> Any:
+    """A hashable stand-in for a JSON value, its types included (1, 1.0 and True stay apart)."""
+    kind = type(value)
+    if kind is dict:
+        return (dict, tuple((k, _part_key(v)) for k, v in value.items()))
+    if kind is list:
+        return (list, tuple(_part_key(v) for v in value))
+    if kind in _SCALARS:
+        return (kind, value)
+    raise TypeError(kind.__name__)
+
+
+def shared(value: Any) -> Any:
+    """The one instance kept of a JSON value equal to `value` (`value` itself when it is the first).
+
+    The parts that repeat from record to record (a job's tolerations, containers and labels, a
+    node type's allocatable, a Ready condition) are then held once, not once per pod or node.
+    Records are read, never changed (as client-go's informer caches), so a part may be shared."""
+    if type(value) in _SCALARS:
+        return _text(value)  # a string is shared by interning it, not by a table entry
+    try:
+        key = _part_key(value)
+    except TypeError:
+        return value
+    found = _parts.get(key)
+    if found is None:
+        if len(_parts) >= PARTS_LIMIT:
+            _parts.clear()
+        found = _parts[key] = value
+    return found
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -90,28 +128,55 @@ def _our_managed_fields(meta: Mapping[str, Any]) -> list[Obj]:
     return kept
 
 
-def slim_node(node: Mapping[str, Any]) -> Obj:
-    """The Node as the aggregator and the scheduler read it (module docstring)."""
+def slim_node(node: Mapping[str, Any], *, label_keys: Collection[str] | None = None,
+              allocatable: bool = True) -> Obj:
+    """The Node as the aggregator and the scheduler read it (module docstring). `label_keys`: the
+    labels kept besides hypertopo's own (None: every label); `allocatable`: whether it is kept. The
+    aggregator keeps only the labels its label levels name and no allocatable (module docstring)."""
     meta, spec, status = _meta(node), node.get("spec") or {}, node.get("status") or {}
     slim = _ident(node)
     out = slim["metadata"]
-    out["labels"] = _interned(meta.get("labels"))
+    labels = meta.get("labels") or {}
+    if label_keys is not None:
+        labels = {k: v for k, v in labels.items() if k in label_keys or str(k).startswith(LABEL_PREFIX)}
+    # the aggregator's few labels are equal on every node of a leaf; the scheduler's name the node
+    out["labels"] = _interned(labels) if label_keys is None else shared(_interned(labels))
     ours = {k: v for k, v in (meta.get("annotations") or {}).items() if str(k).startswith(LABEL_PREFIX)}
     if ours:
         out["annotations"] = _interned(ours)
     managed = _our_managed_fields(meta)
     if managed:
         out["managedFields"] = managed
-    slim["spec"] = {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)}
+    slim["spec"] = {k: shared(spec[k]) for k in ("taints", "unschedulable") if spec.get(k)}
     kept: Obj = {}
     ready = [{"type": "Ready", "status": _text(c.get("status"))}
              for c in status.get("conditions") or () if isinstance(c, Mapping) and c.get("type") == "Ready"]
     if ready:
         kept["conditions"] = ready[-1:]
-    if status.get("allocatable"):
+    if allocatable and status.get("allocatable"):
         kept["allocatable"] = _interned(status["allocatable"])
-    slim["status"] = kept
+    slim["status"] = shared(kept)
     return slim
+
+
+def aggregator_node(label_keys: Collection[str] | None) -> Callable[[Mapping[str, Any]], Obj]:
+    """The aggregator's Node record: `slim_node` with the labels of `label_keys` (the label
+    levels' keys; None: every label) besides hypertopo's own, and without allocatable."""
+    keys = None if label_keys is None else frozenset(label_keys)
+    return functools.partial(slim_node, label_keys=keys, allocatable=False)
+
+
+def labels_read(sources: Iterable[Source]) -> frozenset[str] | None:
+    """The Node label keys the sources read (their label levels); None when a source reads labels
+    without naming which (then every label is kept)."""
+    keys: set[str] = set()
+    for source in sources:
+        if source.node_labels_matter:
+            levels = getattr(source, "levels", None)
+            if levels is None:
+                return None
+            keys.update(levels)
+    return frozenset(keys)
 
 
 def slim_topology(obj: Mapping[str, Any]) -> Obj:
@@ -123,7 +188,7 @@ def slim_topology(obj: Mapping[str, Any]) -> Obj:
     if isinstance(plan, Mapping) and isinstance(plan.get("digest"), str):
         slim[PLAN_DIGEST_KEY] = plan["digest"]
     try:
-        slim[PARSED_KEY] = share_report(report_from_object(obj))
+        slim[PARSED_KEY] = share_report(trim_report(report_from_object(obj)))
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         slim[PARSED_KEY] = str(exc) or type(exc).__name__
     return slim
@@ -141,18 +206,27 @@ def slim_pod(pod: Mapping[str, Any]) -> Obj:
     slim = _ident(pod)
     for key, value in meta.items():
         if key not in ("managedFields", "annotations", "labels"):
-            slim["metadata"].setdefault(key, value)
-    slim["metadata"]["labels"] = _interned(meta.get("labels"))
+            slim["metadata"].setdefault(key, shared(value) if key in SHARED_META else value)
+    slim["metadata"]["labels"] = shared(_interned(meta.get("labels")))
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
     if annotations:
-        slim["metadata"]["annotations"] = _interned(annotations)
-    kept: Obj = {k: spec[k] for k in POD_SPEC_KEPT if k in spec}
+        slim["metadata"]["annotations"] = shared(_interned(annotations))
+    kept: Obj = {k: shared(spec[k]) for k in POD_SPEC_KEPT if k in spec}
     for part in ("containers", "initContainers"):
         if part in spec:
-            kept[part] = [_container(c) for c in spec[part] or ()]
+            kept[part] = shared([_container(c) for c in spec[part] or ()])
     slim["spec"] = kept
-    slim["status"] = {k: status[k] for k in POD_STATUS_KEPT if k in status}
+    slim["status"] = shared({k: _pod_status(k, status[k]) for k in POD_STATUS_KEPT if k in status})
     return slim
+
+
+def _pod_status(key: str, value: Any) -> Any:
+    """A kept status field; of the conditions their type, status and reason (no reader wants
+    their times or messages, which made every pod's conditions differ)."""
+    if key != "conditions" or not isinstance(value, list):
+        return _text(value)
+    return [{k: _text(c[k]) for k in ("type", "status", "reason") if k in c} if isinstance(c, Mapping) else c
+            for c in value]
 
 
 def slim_agent_pod(pod: Mapping[str, Any]) -> Obj:
@@ -162,9 +236,9 @@ def slim_agent_pod(pod: Mapping[str, Any]) -> Obj:
     if meta.get("deletionTimestamp"):
         slim["metadata"]["deletionTimestamp"] = meta["deletionTimestamp"]
     slim["spec"] = {"nodeName": _text(spec["nodeName"])} if spec.get("nodeName") else {}
-    ready = [{"type": "Ready", "status": c.get("status")}
+    ready = [{"type": "Ready", "status": _text(c.get("status"))}
              for c in status.get("conditions") or () if isinstance(c, Mapping) and c.get("type") == "Ready"]
-    slim["status"] = {"conditions": ready} if ready else {}
+    slim["status"] = shared({"conditions": ready} if ready else {})
     return slim
 
 
@@ -176,64 +250,11 @@ def without_managed_fields(obj: Mapping[str, Any]) -> Obj:
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
-# -- sharing equal parts of parsed reports -----------------------------------------------------------
-
-_shared: dict[Any, Any] = {}  # key -> the shared instance
-_shared_ids: set[int] = set()  # ids of the shared instances (alive: _shared holds them)
-
-
-def share_report(report: NodeReport) -> NodeReport:
-    """The same report, its equal value parts replaced by one shared instance each (see the module
-    docstring). Reports are frozen and never mutated, so sharing cannot leak a change from one node
-    to another; each part is rebuilt before the report is handed to anyone."""
-    if len(_shared) > SHARED_LIMIT:
-        _shared.clear()
-        _shared_ids.clear()
-    shared: NodeReport = _share(report)
-    return shared
-
-
-def _share(value: Any) -> Any:
-    if type(value) is str:
-        return sys.intern(value)
-    if type(value) is tuple:
-        items = tuple(_share(v) for v in value)
-        return _canonical(("tuple", *(_key(v) for v in items)), items)
-    if type(value) is dict:
-        return {_share(k): _share(v) for k, v in value.items()} if value else EMPTY
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _share_instance(value)
-    return value
-
-
-def _share_instance(value: Any) -> Any:
-    fields = {f.name: _share(getattr(value, f.name)) if f.name not in OWN_FIELDS else getattr(value, f.name)
-              for f in dataclasses.fields(value)}
-    for name, new in fields.items():
-        if new is not getattr(value, name):
-            object.__setattr__(value, name, new)  # a fresh parse nobody else holds yet
-    if not isinstance(value, SHARED_CLASSES):
-        return value
-    return _canonical((type(value), *(_key(v) for v in fields.values())), value)
-
-
-def _canonical(key: tuple[Any, ...], value: Any) -> Any:
-    """The shared instance equal to `value` (it becomes that instance when it is the first)."""
-    if None in key:
-        return value
-    found = _shared.setdefault(key, value)
-    if found is value:
-        _shared_ids.add(id(value))
-    return found
-
-
-def _key(value: Any) -> Any:
-    """A hashable stand-in for a part: shared parts by identity, plain values by type and value,
-    None when the part cannot be compared cheaply (then what holds it is not shared)."""
-    if id(value) in _shared_ids:
-        return ("id", id(value))
-    if value is EMPTY:
-        return ("empty",)
-    if value is None or isinstance(value, (str, int, float)):
-        return ("v", type(value), value)
-    return None
+def release_free_heap() -> bool:
+    """Hands the C heap's free pages back to the system (glibc's `malloc_trim`); False where the C
+    library has none. Why: the initial lists decode whole pages of objects before they are slimmed,
+    and the C heap keeps what that took: ~10 % of an aggregator's RSS after start-up."""
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0) >= 0)
+    except (OSError, AttributeError):
+        return False

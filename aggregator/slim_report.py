@@ -14,8 +14,10 @@ kept as reported. What the aggregator reads, and so keeps:
   `probe_address` (the measured fabric);
 - `nvml.domain` (the multi-node NVLink clique, its state): `nvml.gpus` and the driver are dropped;
 - `rdma`: each device's name, node and system image GUIDs, PCI function, and its ports' numbers,
-  states, netdevs and GIDs (the GUIDs fabric dumps and UFM join on, the netdevs that say which
-  interfaces are fabric NICs); `node_desc`, LIDs and rates are dropped;
+  states, netdevs and the GIDs that carry a GUID the device's own GUIDs do not (the GUIDs fabric
+  dumps and UFM join on, the netdevs that say which interfaces are fabric NICs); `node_desc`,
+  LIDs, rates and the GIDs that add no GUID are dropped, so an InfiniBand port (one GID, the
+  node GUID in it) is equal on every node of a kind;
 - `interfaces`: name, state, kind, PCI function and bond master (which interfaces are fabric
   NICs); MAC, MTU and speed are dropped, so an interface is equal on every node of a kind;
 - `lldp`: interface, chassis ID, port ID, system name and capabilities (which switch, whether it
@@ -47,9 +49,10 @@ from agent.report import (
     RdmaDevice,
     RdmaPort,
 )
+from aggregator.graph import NULL_GUID, _gid_guid, normalise_guid
 
 # report parts shared between reports when equal: value objects, never a node's own identity
-SHARED_CLASSES = (NvLink, ComponentHealth, GpuFabric, NvLinkDomain, NvmlReport, Interface)
+SHARED_CLASSES = (NvLink, ComponentHealth, GpuFabric, NvLinkDomain, NvmlReport, Interface, RdmaPort)
 EMPTY: Mapping[str, Any] = MappingProxyType({})  # every empty map of a report (counters, ...): one, read-only
 # one node's own names (GUIDs, UUIDs, MACs): never equal to another's, so not worth a shared-table entry
 OWN_FIELDS = frozenset({"node_name", "hostname", "uuid", "node_guid", "sys_image_guid", "node_desc", "mac", "gids"})
@@ -71,16 +74,21 @@ def trim_report(report: NodeReport) -> NodeReport:
 
 def _device(device: RdmaDevice) -> RdmaDevice:
     node_guid, image_guid = device.node_guid, device.sys_image_guid
+    known = {NULL_GUID, *(normalise_guid(g) for g in (node_guid, image_guid) if g)}
     return dataclasses.replace(
         device,
         sys_image_guid=node_guid if image_guid == node_guid else image_guid,  # one string, not two equal ones
         node_desc=None,
-        ports=tuple(_port(p) for p in device.ports),
+        ports=tuple(_port(p, known) for p in device.ports),
     )
 
 
-def _port(port: RdmaPort) -> RdmaPort:
-    return dataclasses.replace(port, lid=None, sm_lid=None, rate_gbps=None)
+def _port(port: RdmaPort, known: set[str]) -> RdmaPort:
+    """The port less LIDs and rate, and less the GIDs that add no GUID to the device's
+    (`graph.hca_guids`, their one reader): an InfiniBand port's GID holds its port GUID, most
+    often the node GUID the device already names."""
+    gids = tuple(g for g in port.gids if _gid_guid(g) not in known and _gid_guid(g) is not None)
+    return dataclasses.replace(port, lid=None, sm_lid=None, rate_gbps=None, gids=gids)
 
 
 def _interface(interface: Interface) -> Interface:
@@ -155,8 +163,8 @@ def _key(value: Any) -> Any:
     None when the part cannot be compared cheaply (then what holds it is not shared)."""
     if id(value) in _shared_ids:
         return ("id", id(value))
-    if value is EMPTY:
-        return ("empty",)
+    if value is EMPTY or value == ():
+        return ("empty", type(value))
     if value is None or isinstance(value, (str, int, float)):
         return ("v", type(value), value)
     return None

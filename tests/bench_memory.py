@@ -25,6 +25,7 @@ Printed per row: RSS in MB, the RSS of the same process before its informers sta
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -202,6 +203,17 @@ def rss_mb(pid: int | str = "self") -> float:
     return 0.0
 
 
+def _options_as_run(options: Any, args: Any) -> Any:
+    """The controller's Options as `run` builds them where it matters for memory: the Node labels
+    kept (the old code has no such option and keeps every label)."""
+    if "node_label_keys" not in {f.name for f in dataclasses.fields(options)}:
+        return options()
+    from aggregator.registry import load_sources
+    from aggregator.slim import labels_read
+
+    return options(node_label_keys=labels_read(load_sources(args, live=True)))
+
+
 def child_inprocess(role: str, nodes: int) -> None:
     """In a child process (PYTHONPATH picks the code): build, list, compute once; print JSON."""
     templates = _report_templates()
@@ -216,9 +228,10 @@ def child_inprocess(role: str, nodes: int) -> None:
         )
         from aggregator.metrics import AggregatorMetrics
 
-        compute = pipeline_compute(build_parser().parse_args([]))
-        controller = Controller(kube, compute, options=Options(), metrics=AggregatorMetrics(),  # type: ignore[arg-type]
-                                may_write=lambda: False)
+        args = build_parser().parse_args([])
+        compute = pipeline_compute(args)
+        controller = Controller(kube, compute, options=_options_as_run(Options, args), metrics=AggregatorMetrics(),
+                                may_write=lambda: False)  # type: ignore[arg-type]
         gc.collect()
         base, started = rss_mb(), time.monotonic()  # interpreter, imports, generators: before any object
         controller.start()

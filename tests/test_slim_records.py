@@ -6,22 +6,48 @@ managedFields of others or the raw report."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from aggregator_controller_kit import nodetopology, wait_for
+from aggregator_fabric import ibnetdiscover_dump
 
 from agent.adapters.informer import Informer
 from agent.adapters.kube import NODES, WatchEvent
-from agent.report import WireError
+from agent.cluster_model import DOMAIN_ANNOTATION, parse_model
+from agent.model_probe import report_for
+from agent.report import (
+    ComponentHealth,
+    Finding,
+    Health,
+    Interface,
+    LldpNeighbour,
+    NodeReport,
+    WireError,
+    node_topology_object,
+)
 from aggregator import node_marks, slim
 from aggregator.controller import ClusterView, agent_readiness, build_parser, pipeline_compute
 from aggregator.feed import node_label_map, node_readiness
+from aggregator.graph import hca_guids
 from aggregator.placement.decide import why_not
 from aggregator.placement.state import ClusterState, _node_view
 from aggregator.reconcile import ApiError
-from aggregator.sources.nodetopology import PARSED_KEY, report_from_object
+from aggregator.registry import load_sources
+from aggregator.slim_report import trim_report
+from aggregator.sources.nodetopology import (
+    PARSED_KEY,
+    cabled_switches,
+    fabric_interfaces,
+    facts_of,
+    nvlink_domain_id,
+    report_from_object,
+)
+from aggregator.tree_explain import heard
 
 
 def kubelet_node(name: str, *, ready: str = "True", labelled: bool = False) -> dict[str, Any]:
@@ -97,11 +123,13 @@ def test_node_marks_and_readiness_read_the_same_from_a_slim_node() -> None:
     assert node_label_map(slimmed) == node_label_map(full)
 
 
-def test_a_nodetopology_becomes_its_parsed_report_and_a_bad_one_its_reason() -> None:
+def test_a_nodetopology_becomes_its_trimmed_report_and_a_bad_one_its_reason() -> None:
     obj = nodetopology("n1", leaf="leaf-1")
     record = slim.slim_topology(copy.deepcopy(obj))
     assert "spec" not in record and record["metadata"]["name"] == "n1"
-    assert report_from_object(record) == report_from_object(obj)
+    whole = report_from_object(obj)
+    assert report_from_object(record) == trim_report(whole)
+    assert slim.slim_topology(record) == record  # a re-list may pass a record through again
     bad = {"metadata": {"name": "n2"}, "spec": {"nodeName": "n2", "lldp": "not a list"}}
     try:
         report_from_object(bad)
@@ -116,12 +144,117 @@ def test_a_nodetopology_becomes_its_parsed_report_and_a_bad_one_its_reason() -> 
         assert str(exc) == expected
 
 
+def _hgx_report(node: str, leaves: tuple[str, ...] = ("leaf-a", "leaf-b")) -> NodeReport:
+    """An agent-sized report: GPUs with UUIDs, HCAs with GUIDs, LIDs and GIDs, interfaces with
+    MACs, LLDP with TTLs and descriptions, a management NIC hearing its own switch."""
+    model = parse_model({"switches": {"spine": {"switches": list(leaves)}},
+                         "blocks": [{"switch": leaf, "nodes": [node]} for leaf in leaves]})  # fmt: skip
+    report = report_for(model, node)
+    ports = lambda d, i: tuple(dataclasses.replace(p, lid=100 + i, sm_lid=1, rate_gbps=400.0, netdev=f"ib{i}",  # noqa: E731
+                                                   gids=(f"fe80:0000:0000:0000:{d.node_guid}", "0000:0000:0000:0000:0000:ffff:0a00:0001"))
+                               for p in d.ports)  # fmt: skip
+    rdma = tuple(dataclasses.replace(d, node_desc=f"{node} {d.name}", firmware="28.39.1002", ports=ports(d, i))
+                 for i, d in enumerate(report.rdma))  # fmt: skip
+    interfaces = (*(dataclasses.replace(i, mac=f"02:00:00:00:00:{k:02x}", speed_mbps=400000)
+                    for k, i in enumerate(report.interfaces)),
+                  Interface("eno1", "02:00:00:00:01:00", "up", 1500, 1000, "0000:01:00.0", None, "physical"))  # fmt: skip
+    lldp = (*(dataclasses.replace(n, port_description="to host", system_description="switch OS", ttl=120,
+                                  management_addresses=("10.0.0.1",)) for n in report.lldp),
+            LldpNeighbour("eno1", "aa:bb:cc:00:00:01", "Gi1/0/7", 120, system_name="mgmt-switch"))  # fmt: skip
+    return dataclasses.replace(report, rdma=rdma, interfaces=interfaces, lldp=lldp)
+
+
+def test_a_trimmed_report_keeps_every_field_the_aggregator_reads() -> None:
+    whole = _hgx_report("n1")
+    trimmed = trim_report(whole)
+    assert trimmed.host is None and trimmed.nvml is not None and trimmed.nvml.gpus == ()
+    assert whole.nvml is not None and len(whole.nvml.gpus) == 8 and trimmed.nvml.domain == whole.nvml.domain
+    assert all(i.mac is None for i in trimmed.interfaces) and any(i.mac for i in whole.interfaces)
+    assert all(p.lid is None and p.rate_gbps is None for d in trimmed.rdma for p in d.ports)
+    for kept, was in zip(trimmed.rdma, whole.rdma, strict=True):
+        assert (kept.name, kept.node_guid, kept.sys_image_guid, kept.pci_address) == (
+            was.name, was.node_guid, was.sys_image_guid, was.pci_address)
+        assert [(p.port, p.state, p.netdev) for p in kept.ports] == [(p.port, p.state, p.netdev) for p in was.ports]
+        assert hca_guids((kept,)) == hca_guids((was,))  # per device: what the duplicate-GUID check compares
+        assert all(p.gids == was.ports[0].gids[1:] for p in kept.ports)  # the one naming the node GUID goes
+    assert [(n.interface, n.chassis_id, n.port_id, n.system_name, n.capabilities) for n in trimmed.lldp] == [
+        (n.interface, n.chassis_id, n.port_id, n.system_name, n.capabilities) for n in whole.lldp]
+    assert [(i.name, i.bond_master, i.pci_address, i.kind) for i in trimmed.interfaces] == [
+        (i.name, i.bond_master, i.pci_address, i.kind) for i in whole.interfaces]
+    assert (trimmed.node_name, trimmed.health, trimmed.findings, trimmed.measurements, trimmed.probe_address) == (
+        whole.node_name, whole.health, whole.findings, whole.measurements, whole.probe_address)
+    for pattern in (None, "^ib"):
+        assert cabled_switches(trimmed, pattern) == cabled_switches(whole, pattern)
+        assert fabric_interfaces(trimmed, pattern) == fabric_interfaces(whole, pattern)
+    assert facts_of(trimmed).guids == facts_of(whole).guids and facts_of(whole).guids
+    assert nvlink_domain_id(trimmed) == nvlink_domain_id(whole)
+    assert heard(trimmed) == heard(whole)
+
+
 def test_equal_report_parts_are_shared_between_nodes_and_reports_stay_equal() -> None:
-    one, two = (slim.slim_topology(nodetopology(n, leaf="leaf-1"))[PARSED_KEY] for n in ("n1", "n2"))
-    assert one.nvml.gpus[0].nvlinks[0] is two.nvml.gpus[0].nvlinks[0]
-    assert one.nvml.gpus[0].health is two.nvml.gpus[0].health
-    assert one == report_from_object(nodetopology("n1", leaf="leaf-1"))
-    assert one.nvml.gpus[0].uuid != two.nvml.gpus[0].uuid
+    one, two = (slim.slim_topology(node_topology_object(_hgx_report(n)))[PARSED_KEY] for n in ("n1", "n2"))
+    assert one.interfaces[0] is two.interfaces[0] and one.health is two.health and one.nvml is two.nvml
+    assert one == trim_report(report_from_object(node_topology_object(_hgx_report("n1"))))
+    assert one.rdma[0].node_guid != two.rdma[0].node_guid
+    assert facts_of(one).switches is facts_of(two).switches  # one set per leaf group, not per node
+    ib = {}  # an InfiniBand port whose one GID holds the node GUID: equal, so shared, on every node
+    for node in ("n1", "n2"):
+        whole = _hgx_report(node)
+        ports = lambda d: tuple(dataclasses.replace(p, gids=(f"fe80:0000:0000:0000:{d.node_guid}",)) for p in d.ports)  # noqa: E731
+        rdma = tuple(dataclasses.replace(d, ports=ports(d)) for d in whole.rdma)
+        ib[node] = slim.slim_topology(node_topology_object(dataclasses.replace(whole, rdma=rdma)))[PARSED_KEY]
+    assert ib["n1"].rdma[0].ports[0] is ib["n2"].rdma[0].ports[0] and ib["n1"].rdma[0].ports[0].gids == ()
+    assert hca_guids(ib["n2"].rdma) == hca_guids(rdma) != hca_guids(ib["n1"].rdma)  # rdma: n2's, whole
+
+
+def _sick(report: NodeReport, index: int) -> NodeReport:
+    """Varied health: a failed RDMA port, a grey finding, an incomplete NVLink fabric, or none."""
+    if index == 1:
+        return dataclasses.replace(report, health={**report.health, "rdma": ComponentHealth(Health.FAILED, "mlx5_0/1 down")})
+    if index == 2:
+        finding = Finding("rdma", "mlx5_1/1", "error-rate", Health.DEGRADED, "12/min", "> 10/min", 60, "errors")
+        return dataclasses.replace(report, findings=(finding,),
+                                   health={**report.health, "rdma": ComponentHealth(Health.DEGRADED, "errors")})  # fmt: skip
+    if index == 3 and report.nvml is not None and report.nvml.domain is not None:
+        domain = dataclasses.replace(report.nvml.domain, state="in-progress")
+        return dataclasses.replace(report, nvml=dataclasses.replace(report.nvml, domain=domain))
+    return report
+
+
+def _fabric_cluster(tmp_path: Path) -> tuple[list[NodeReport], str]:
+    """Two racks of four 2-rail nodes, NVLink cliques per rack, and the ibnetdiscover dump of the
+    fabric, its HCAs named by GUID only (so a report's GUIDs are what place its node)."""
+    text = {"switches": {"spine": {"switches": ["leaf-1", "leaf-2", "leaf-3", "leaf-4"]}},
+            "blocks": [{"switch": f"leaf-{2 * r + k}", "nodes": [f"r{r}n[1-4]"],
+                        "annotations": {DOMAIN_ANNOTATION: f"rack{r}"}}
+                       for r in range(2) for k in (1, 2)]}  # fmt: skip
+    model = parse_model(text)
+    dump = tmp_path / "fabric.topo"
+    dump.write_text(ibnetdiscover_dump(model, host_descriptions=False))
+    reports = [_sick(report_for(model, node), i) for i, node in enumerate(sorted(model.nodes()))]
+    return reports, str(dump)
+
+
+@pytest.mark.parametrize("argv, lldp", [([], True), (["--fabric-interfaces", "^ib"], True),
+                                        (["--ibnetdiscover", "DUMP"], False), (["--ibnetdiscover", "DUMP"], True)])
+def test_trees_health_and_cross_checks_from_trimmed_reports_are_those_of_whole_ones(
+        tmp_path: Path, argv: list[str], lldp: bool) -> None:
+    reports, dump = _fabric_cluster(tmp_path)
+    objects = {r.node_name: node_topology_object(r if lldp else dataclasses.replace(r, lldp=())) for r in reports}
+    nodes = {name: kubelet_node(name) for name in objects}
+    results = []
+    for records in (objects, {n: slim.slim_topology(copy.deepcopy(o)) for n, o in objects.items()}):
+        compute = pipeline_compute(build_parser().parse_args(["--hold-down", "0", *(a.replace("DUMP", dump) for a in argv)]))
+        first = compute(ClusterView(records, nodes, None), 1000.0)
+        lost = {n: o for n, o in records.items() if n != "r0n1"}  # a report gone, then back: fast paths
+        second = compute(ClusterView(lost, nodes, None, frozenset({"r0n1"})), 1001.0)
+        third = compute(ClusterView(records, nodes, None, frozenset({"r0n1"})), 1002.0)
+        results.append([(d.hypernodes, dict(d.node_labels), d.unhealthy_nodes, d.degraded_nodes, d.warnings)
+                         for d in (first, second, third)])  # fmt: skip
+    assert results[0] == results[1]
+    hypernodes, _labels, unhealthy, degraded, _warnings = results[0][0]
+    assert len(hypernodes) >= 2  # the racks (both rails and the NVLink clique of each), in every source mix
+    assert unhealthy == {"r0n2", "r0n4"} and degraded == {"r0n3"}, (unhealthy, degraded)
 
 
 def _cluster(slimmed: bool) -> ClusterView:
@@ -217,3 +350,29 @@ def test_an_informer_keeps_slim_records_and_an_unchanged_one_across_a_relist() -
         kube.relist.set()
         kube.idle.set()
         informer.stop()
+
+
+def test_the_aggregators_node_keeps_its_labels_and_the_label_levels_and_builds_the_same_tree() -> None:
+    argv = ["--hold-down", "0", "--label-levels", "topology.kubernetes.io/zone,leaf"]
+    keys = slim.labels_read(load_sources(build_parser().parse_args(argv), live=True))
+    assert keys == {"topology.kubernetes.io/zone", "leaf"}
+    assert slim.labels_read(load_sources(build_parser().parse_args([]), live=True)) == frozenset()
+    record = slim.aggregator_node(keys)
+    node = kubelet_node("n1", labelled=True)
+    node["metadata"]["labels"]["topology.kubernetes.io/zone"] = "z1"
+    kept = record(node)
+    assert kept["metadata"]["labels"] == {"leaf": "leaf-1", "topology.kubernetes.io/zone": "z1", "hypertopo.io/leaf": "leaf-1"}
+    assert "allocatable" not in kept["status"] and record(kept) == kept
+    results = []
+    for convert in ((lambda o: o), record):
+        view = _cluster(False)
+        nodes = {n: convert(kubelet_node(n, labelled=n == "n0", ready="False" if n == "n4" else "True"))
+                 for n in view.nodes}  # fmt: skip
+        compute = pipeline_compute(build_parser().parse_args(argv))
+        desired = compute(ClusterView(view.topologies, nodes, view.agent_ready), 1000.0)
+        results.append((desired.hypernodes, dict(desired.node_labels), desired.unhealthy_nodes))
+        full = {n: kubelet_node(n, labelled=n == "n0") for n in view.nodes}
+        assert node_marks.label_changes(desired.node_labels, nodes) == node_marks.label_changes(desired.node_labels, full)
+        assert node_readiness(nodes) == node_readiness({n: kubelet_node(n, ready="False" if n == "n4" else "True")
+                                                         for n in view.nodes})  # fmt: skip
+    assert results[0] == results[1] and len(results[0][0]) >= 3

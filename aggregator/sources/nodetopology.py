@@ -119,8 +119,23 @@ def _cabled_on_rdma_nics(report: NodeReport) -> frozenset[str]:
     return frozenset(found)
 
 
+# equal switch sets, one instance each: every node of a leaf group hears the same switches, and an
+# 8-rail node's set is ~700 bytes, held per node for as long as the aggregator runs
+_SWITCH_SETS: dict[frozenset[str], frozenset[str]] = {}
+SWITCH_SETS_LIMIT = 100_000  # past it the table starts over (sharing is an economy only)
+
+
+def _shared_set(switches: frozenset[str]) -> frozenset[str]:
+    found = _SWITCH_SETS.get(switches)
+    if found is None:
+        if len(_SWITCH_SETS) >= SWITCH_SETS_LIMIT:
+            _SWITCH_SETS.clear()
+        found = _SWITCH_SETS[switches] = switches
+    return found
+
+
 def facts_of(report: NodeReport, fabric_pattern: str | None = None) -> NodeFacts:
-    return NodeFacts(cabled_switches(report, fabric_pattern), report.rdma, nvlink_domain_id(report))
+    return NodeFacts(_shared_set(cabled_switches(report, fabric_pattern)), report.rdma, nvlink_domain_id(report))
 
 
 def apply(graph: FabricGraph, report: NodeReport, fabric_pattern: str | None = None) -> None:

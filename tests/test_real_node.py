@@ -4,8 +4,10 @@ tests/realnode/node.py), its agent a pod of the DaemonSet reporting that node.""
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -17,10 +19,13 @@ from typing import Any
 import pytest
 import yaml
 from controlplane.harness import REPO, ControlPlaneError, build
-from realnode.node import NODE, RealNodeCluster, built, require_node_parts
+from realnode.node import NODE, NODE_IP, RealNodeCluster, built, require_node_parts
+from realnode.prometheus import scraping
 from realparts import missing
 from test_agent_lldpd_socket import readme_gid, readme_overlay, write_overlay
-from test_readme_lifecycle import install_lines, run_lines, shell, uninstall_lines
+from test_readme_lifecycle import install_lines, run_lines, shell, uninstall_lines, upgrade_lines
+from test_real_node_readme_overlays import readme_helm_nics_args
+from test_real_node_readme_overlays import readme_overlay as readme_overlay_of
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.netns, pytest.mark.timeout(900)]
 AGENT_NS, SYSTEM_NS = "hypertopo-agent", "hypertopo-system"
@@ -134,58 +139,82 @@ def ready_condition(hypernode: dict[str, Any]) -> str:
     return next((c["status"] for c in conditions if c["type"] == "Ready"), "")
 
 
+@contextlib.contextmanager
+def hypernode_watch(cluster: RealNodeCluster) -> Iterator[list[str]]:
+    """Every watch event type on hypertopo's HyperNodes while the block runs (filled in on exit)."""
+    watch = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "get",
+                              "hypernodes", "-l", OWNED, "--watch", "--output-watch-events", "-o",
+                              "custom-columns=EVENT:.type,NAME:.object.metadata.name", "--no-headers"],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    events: list[str] = []
+    try:
+        time.sleep(2)
+        yield events
+        time.sleep(5)  # a deletion the aggregator makes once the rollout settled shows too
+    finally:
+        watch.terminate()
+        events += watch.communicate(timeout=10)[0].split()
+
+
+def uids(cluster: RealNodeCluster) -> dict[str, str]:
+    return {h["metadata"]["name"]: h["metadata"]["uid"] for h in owned_hypernodes(cluster)}
+
+
+def ready_leaf(cluster: RealNodeCluster, what: str, timeout: float = 90) -> dict[str, Any]:
+    found: list[dict[str, Any]] = wait_for(what, lambda: [
+        h for h in owned_hypernodes(cluster) if "leaf-sw1" in json.dumps(h) and ready_condition(h) == "True"
+    ], timeout=timeout)  # fmt: skip
+    return found[0]
+
+
+def rollout(cluster: RealNodeCluster, *actions: str) -> None:
+    for action in actions:
+        cluster.kubectl("rollout", action, "-n", AGENT_NS, "daemonset/hypertopo-agent",
+                        *(["--timeout=180s"] if action == "status" else []), timeout=200)  # fmt: skip
+
+
 def test_the_readmes_lldpd_overlay_reads_the_nodes_lldpd_and_its_switch_becomes_a_leaf_hypernode(
     cluster: RealNodeCluster, tmp_path: Path
 ) -> None:
     """The README's lldpd-socket overlay (its GID the node's `_lldpd`) on the kustomize install: the
     agent, with the shipped securityContext, reads the node's lldpd, which hears the switch stand-in
     `leaf-sw1` on eth1; the aggregator makes that switch a leaf HyperNode, Ready. Two rollouts of the
-    agents (a changed flag, then `kubectl rollout restart`) delete no HyperNode (the same object, its
-    watch sees no DELETED). Cutting the cable turns it Ready=False (LinkFailed), plugging it back
-    Ready=True."""
+    agents delete no HyperNode (the same object, its watch sees no DELETED): `kubectl rollout
+    restart`, then the README's overlay for virtual fabric NICs (the node's eth1 is a veth), with
+    which the agent hears the switch itself and watches eth1's carrier. Cutting the cable turns the
+    leaf Ready=False (LinkFailed), plugging it back Ready=True."""
     name, text = readme_overlay()
     gid = grp.getgrnam("_lldpd").gr_gid
     text = text.replace(f"value: {readme_gid(text)}", f"value: {gid}")
     cluster.kubectl("apply", "-k", str(write_overlay(tmp_path, name, text)))
-    cluster.kubectl("rollout", "status", "-n", AGENT_NS, "daemonset/hypertopo-agent", "--timeout=180s", timeout=200)
+    rollout(cluster, "status")
     neighbours = wait_for("leaf-sw1 in the node's report", lambda: [
         n for n in (get_json(cluster, "ntopo", NODE)["spec"].get("lldp") or []) if n.get("systemName") == "leaf-sw1"
     ], timeout=60)  # fmt: skip
     assert neighbours[0].get("interface", "eth1") == "eth1", neighbours
-    leaf = wait_for("a Ready leaf HyperNode of leaf-sw1", lambda: [
-        h for h in owned_hypernodes(cluster) if "leaf-sw1" in json.dumps(h) and ready_condition(h) == "True"
-    ], timeout=60)[0]  # fmt: skip
+    leaf = ready_leaf(cluster, "a Ready leaf HyperNode of leaf-sw1", timeout=60)
     print(f"\nleaf HyperNode {leaf['metadata']['name']}: {leaf['spec']}")
-    watch = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "get",
-                              "hypernodes", "-l", OWNED, "--watch", "--output-watch-events", "-o",
-                              "custom-columns=EVENT:.type,NAME:.object.metadata.name", "--no-headers"],
-                             stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        time.sleep(2)
-        # A veth is no physical NIC, which the agent's default `--interfaces fabric` looks for: name the
-        # node's cable, so its carrier counts (a rollout of its own).
-        cluster.kubectl("patch", "-n", AGENT_NS, "daemonset/hypertopo-agent", "--type=json", "-p", json.dumps([
-            {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--interfaces=eth1"}]))
-        for action in ("status", "restart", "status"):
-            cluster.kubectl("rollout", action, "-n", AGENT_NS, "daemonset/hypertopo-agent",
-                            *(["--timeout=180s"] if action == "status" else []), timeout=200)  # fmt: skip
-        after = wait_for("the leaf Ready again after the restart", lambda: [
-            h for h in owned_hypernodes(cluster) if h["metadata"]["name"] == leaf["metadata"]["name"]
-            and ready_condition(h) == "True"], timeout=90)[0]  # fmt: skip
-        time.sleep(5)
-    finally:
-        watch.terminate()
-        events = watch.communicate(timeout=10)[0].split()
-    assert after["metadata"]["uid"] == leaf["metadata"]["uid"]
+    before = uids(cluster)
+    with hypernode_watch(cluster) as events:
+        rollout(cluster, "restart", "status")
+        ready_leaf(cluster, "the leaf Ready again after the restart")
+        nics = tmp_path / "nics"
+        nics.mkdir()
+        cluster.kubectl("apply", "-k", str(write_overlay(nics, "nics-overlay", readme_overlay_of("nics-overlay"))))
+        rollout(cluster, "status")
+        args = get_json(cluster, "daemonset", "-n", AGENT_NS, "hypertopo-agent")["spec"]["template"]["spec"][
+            "containers"][0]["args"]  # fmt: skip
+        assert "--interfaces=^eth[1-9]$" in args and not [a for a in args if a.startswith("--lldpd-socket")], args
+        ready_leaf(cluster, "the leaf Ready again with the nics overlay")
     assert "DELETED" not in events, events
+    assert uids(cluster) == before
     cluster.cable(up=False)
     cut = wait_for("the leaf Ready=False after its cable was cut", lambda: [
         c for h in owned_hypernodes(cluster) for c in h["status"]["conditions"]
         if c["type"] == "Ready" and c["status"] == "False"], timeout=60)[0]  # fmt: skip
     assert cut["reason"] == "LinkFailed" and "eth1: link down" in cut["message"], cut
     cluster.cable(up=True)
-    wait_for("the leaf Ready again with its cable back", lambda: [
-        h for h in owned_hypernodes(cluster) if ready_condition(h) == "True"], timeout=60)  # fmt: skip
+    ready_leaf(cluster, "the leaf Ready again with its cable back", timeout=60)
 
 
 def assert_uninstalled(cluster: RealNodeCluster, installed: list[dict[str, Any]]) -> None:
@@ -212,22 +241,155 @@ def assert_running_and_reporting(cluster: RealNodeCluster) -> None:
         time.sleep(1)
 
 
+@contextlib.contextmanager
+def timed(what: str) -> Iterator[None]:
+    """Prints how long a check took (the real-node checks are slow: each one's cost in the run)."""
+    started = time.monotonic()
+    yield
+    print(f"\n[real node] {what}: {time.monotonic() - started:.1f} s")
+
+
+DASHBOARD = REPO / "daemonset" / "monitoring" / "hypertopo-dashboard.json"
+NO_HARDWARE = ("nvlink", "gpu", "rdma")  # series this node cannot have: no GPU, no HCA
+
+
+def test_prometheus_scrapes_the_three_components_pods_that_the_podmonitors_select(cluster: RealNodeCluster) -> None:
+    """A real Prometheus on the node, its jobs made from daemonset/monitoring's PodMonitors
+    (tests/realnode/prometheus.py), scrapes the agent and both replicas of the aggregator and the
+    scheduler by pod IP; the values are the cluster's: one leader of each, as many HyperNodes as
+    the API server holds, no stale agent, eth1 up on the node (the PodMonitor's `node` label); every
+    dashboard query returns data but those of GPUs and HCAs, which this node has none of."""
+    with timed("Prometheus scrape check"), scraping(cluster.netns, NODE_IP, cluster.workdir) as prometheus:
+        prometheus.discover(get_json(cluster, "pods", "-A")["items"])
+        targets = wait_for("5 targets up", lambda: (found := prometheus.targets()) and len(found) == 5 and all(
+            t["health"] == "up" for t in found) and found, timeout=60)  # fmt: skip
+        jobs = sorted(t["labels"]["job"].split("/")[2] for t in targets)
+        assert jobs == ["hypertopo-agent", *["hypertopo-aggregator"] * 2, *["hypertopo-scheduler"] * 2], targets
+        hosts = {t["labels"]["job"].split("/")[2]: t["labels"]["instance"].rsplit(":", 1)[0] for t in targets}
+        assert hosts["hypertopo-agent"] == NODE_IP, targets  # the host network's pod IP: the node's
+        assert all(hosts[n].startswith("10.252.0.") for n in ("hypertopo-aggregator", "hypertopo-scheduler")), targets
+        hypernodes = len(owned_hypernodes(cluster))
+        expected = {
+            "sum(hypertopo_aggregator_is_leader)": 1.0,
+            "count(hypertopo_aggregator_is_leader)": 2.0,
+            "sum(hypertopo_scheduler_is_leader)": 1.0,
+            "sum(hypertopo_aggregator_hypernodes)": float(hypernodes),
+            "max(hypertopo_aggregator_stale_agents)": 0.0,
+            f'hypertopo_interface_up{{node="{NODE}",interface="eth1"}}': 1.0,
+        }
+        values = wait_for("the expected values", lambda: (got := {e: prometheus.value(e) for e in expected}) == expected
+                          and got, timeout=60)  # fmt: skip
+        print(f"\nPrometheus: {len(targets)} targets up; {values}")
+        panels = [(panel["title"], target["expr"]) for panel in json.loads(DASHBOARD.read_text())["panels"]
+                  for target in panel["targets"]]  # fmt: skip
+        want = {title for title, expr in panels if not any(w in expr for w in NO_HARDWARE)}
+        with_data = wait_for("dashboard queries with data", lambda: (found := {
+            title for title, expr in panels if prometheus.query(expr)}) >= want and found, timeout=30)  # fmt: skip
+        print(f"dashboard panels with data: {sorted(with_data)}; without (no GPU/HCA): "
+              f"{sorted({title for title, _ in panels} - with_data)}")
+        assert with_data == want, with_data ^ want
+
+
+def helm_line(line: str, *extra: str) -> str:
+    """A README Helm line with more arguments (before its comment)."""
+    command = line.split("#", 1)[0].rstrip()
+    assert command.startswith("helm "), line
+    return " ".join([command, *map(shlex.quote, extra)])
+
+
 def test_the_readme_uninstall_leaves_nothing_and_the_helm_install_runs_on_the_same_node(
     cluster: RealNodeCluster, helm: str
 ) -> None:
     """After the kustomize install above: the README's Uninstall (the namespace controller of the real
-    kube-controller-manager finishing what `kubectl delete -k` waits for), then the Install with Helm,
-    then Helm's Uninstall, on the same node."""
+    kube-controller-manager finishing what `kubectl delete -k` waits for), then the Install with Helm
+    (with the README's value for virtual fabric NICs) on the same node: the same pods, and the
+    switch's leaf HyperNode again."""
     installed = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", str(REPO / "daemonset")).stdout) if d]
     run_lines(cluster, None, uninstall_lines(helm=False, kueue=False))
     assert_uninstalled(cluster, installed)
-    run_lines(cluster, helm, install_lines(helm=True))
+    run_lines(cluster, helm, [helm_line(line, *readme_helm_nics_args()) if line.startswith("helm ") else line
+                              for line in install_lines(helm=True)])  # fmt: skip
     assert_running_and_reporting(cluster)
     manifest = [d for d in yaml.safe_load_all(shell(cluster, helm, f"helm get manifest hypertopo -n {SYSTEM_NS}").stdout)
                 if d]  # fmt: skip
     assert {"DaemonSet", "Deployment", "ValidatingAdmissionPolicy"} <= {d["kind"] for d in manifest}
+    ready_leaf(cluster, "the leaf HyperNode under the Helm install")
+
+
+def test_the_readme_helm_upgrade_to_a_new_image_rolls_every_component_and_deletes_no_hypernode(
+    cluster: RealNodeCluster, helm: str
+) -> None:
+    """The README's Upgrade with Helm, to a new image tag (the same image tagged again in the node's
+    containerd, as a release would be): the agent DaemonSet, the aggregator and the scheduler roll
+    onto it, and a watch of hypertopo's HyperNodes sees no DELETED; each keeps its UID."""
+    with timed("helm upgrade check"):
+        ready_leaf(cluster, "the leaf HyperNode before the upgrade")
+        before = uids(cluster)
+        image = cluster.tag_image(cluster.images[0], "0.1.1-test")
+        with hypernode_watch(cluster) as events:
+            run_lines(cluster, helm, [
+                helm_line(line, *readme_helm_nics_args(), "--set", "image.tag=0.1.1-test") if line.startswith("helm ")
+                else line for line in upgrade_lines(helm=True)])  # fmt: skip
+            rollout(cluster, "status")
+            for name in ("hypertopo-aggregator", "hypertopo-scheduler"):
+                cluster.kubectl("rollout", "status", "-n", SYSTEM_NS, f"deployment/{name}", "--timeout=180s",
+                                timeout=200)  # fmt: skip
+            wait_for("only the new image's 5 pods", lambda: [
+                p["spec"]["containers"][0]["image"] for ns in (AGENT_NS, SYSTEM_NS)
+                for p in get_json(cluster, "pods", "-n", ns)["items"]] == [image] * 5, timeout=90)  # fmt: skip
+            ready_leaf(cluster, "the leaf Ready after the upgrade")
+        print(f"\nHyperNode watch during the upgrade: {events}")
+        assert "DELETED" not in events, events
+        assert uids(cluster) == before
+
+
+def test_the_readme_helm_uninstall_leaves_nothing(cluster: RealNodeCluster, helm: str) -> None:
+    manifest = [d for d in yaml.safe_load_all(shell(cluster, helm, f"helm get manifest hypertopo -n {SYSTEM_NS}").stdout)
+                if d]  # fmt: skip
     for obj in manifest:  # helm's manifest leaves the release namespace out of namespaced objects
         if obj["kind"] not in CLUSTER_KINDS:
             obj["metadata"].setdefault("namespace", SYSTEM_NS)
     run_lines(cluster, helm, uninstall_lines(helm=True, kueue=False))
     assert_uninstalled(cluster, [*manifest, {"kind": "Namespace", "metadata": {"name": SYSTEM_NS}}])
+
+
+def aggregator_gauge(cluster: RealNodeCluster, name: str) -> list[str]:
+    """`name`'s value on each aggregator replica that exports it (the leader), read in its pod."""
+    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9731/metrics').read().decode())"
+    values = []
+    for pod in get_json(cluster, "pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=hypertopo-aggregator")["items"]:
+        out = cluster.kubectl("exec", "-n", SYSTEM_NS, pod["metadata"]["name"], "--", "python3", "-c", script,
+                              check=False).stdout  # fmt: skip
+        values += [line.split()[1] for line in out.splitlines() if line.startswith(f"{name} ")]
+    return values
+
+
+def test_the_readmes_gpu_agents_overlay_runs_the_agent_in_its_namespace_and_the_aggregator_follows_it(
+    cluster: RealNodeCluster, tmp_path: Path
+) -> None:
+    """The README's overlay that moves the agent to `gpu-agents`, installed in place of `kubectl
+    apply -k daemonset/`: the agent Ready there and reporting, no `hypertopo-agent` namespace, and
+    the aggregator tracking the agent pod there (no stale agent; it would count one if it looked in
+    another namespace or could not read this one). Uninstalled with `kubectl delete -k gpu-agents/`
+    and the rest of the README's Uninstall, nothing is left."""
+    with timed("gpu-agents overlay install and uninstall"):
+        overlay = write_overlay(tmp_path, "gpu-agents", readme_overlay_of("gpu-agents"))
+        lines = install_lines(helm=False)
+        assert "kubectl apply -k daemonset/" in lines[-1], lines
+        run_lines(cluster, None, lines[:-1])
+        cluster.kubectl("apply", "-k", str(overlay))
+        wait_pods_ready(cluster, "gpu-agents", "app.kubernetes.io/name=hypertopo-agent", timeout=180)
+        for name in ("hypertopo-aggregator", "hypertopo-scheduler"):
+            wait_pods_ready(cluster, SYSTEM_NS, f"app.kubernetes.io/name={name}", timeout=180)
+        wait_for("the node's report", lambda: NODE in cluster.kubectl("get", "ntopo", check=False).stdout.split(),
+                 timeout=60)  # fmt: skip
+        gone = cluster.kubectl("get", "namespace", AGENT_NS, check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr
+        assert wait_for("the leader's stale_agents gauge", lambda: aggregator_gauge(
+            cluster, "hypertopo_aggregator_stale_agents"), timeout=60) == ["0.0"]  # fmt: skip
+        installed = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout) if d]
+        main = uninstall_lines(helm=False, kueue=False)
+        assert main[0].startswith("kubectl delete -k daemonset/ "), main
+        cluster.kubectl("delete", "-k", str(overlay), timeout=180)
+        run_lines(cluster, None, main[1:])
+        assert_uninstalled(cluster, installed)

@@ -173,6 +173,14 @@ class RealNodeCluster(ControlPlane):
             ["ip", "netns", "exec", self.switch_netns, "lldpd", "-d", "-u", str(self.workdir / "switch/lldpd.socket"),
              "-O", str(self.workdir / "switch.conf")], stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
 
+    def tag_image(self, image: str, tag: str) -> str:
+        """`image` in the node's containerd under another tag too (a release, as a registry would
+        hand it out, without a pull); returns the new name."""
+        name = f"{image.rsplit(':', 1)[0]}:{tag}"
+        _run("ctr", "-a", str(self.workdir / "node" / "containerd.sock"), "-n", "k8s.io", "images", "tag", "--force",
+             image, name)  # fmt: skip
+        return name
+
     def cable(self, up: bool) -> None:
         """Plug or cut the switch's end of the node's eth1."""
         ip("-n", self.switch_netns, "link", "set", "swp1", "up" if up else "down")

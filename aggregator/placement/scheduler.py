@@ -364,6 +364,7 @@ class Scheduler:
                 self._decide(view, excluded_domains, now)
         for gone in self._unfit.keys() - seen:
             del self._unfit[gone]
+        self._count_spares()
 
     def _may_decide(self, view: GangView, now: float) -> bool:
         """False while the gang waits for members, minTaskMember or its queue's admission."""
@@ -392,8 +393,13 @@ class Scheduler:
                           reserved=self._reserved, default_spares=self._spare_default(view.key[0]))
         if decision.spares is not None:
             self._keep_spares(view, decision.spares)
-        for victim in decision.reclaim:  # preemptible pods on the gang's spares: evicted first
-            self._reclaim(victim, view)
+        if decision.reclaim and self.breaker.is_open:  # a fault storm: no eviction, these included
+            self.metrics.breaker_withheld.inc(len(decision.reclaim))
+            log.warning("remediation breaker open: %d preemptible pod(s) kept on the spares of gang %s/%s",
+                        len(decision.reclaim), *view.key)
+        else:
+            for victim in decision.reclaim:  # preemptible pods on the gang's spares: evicted first
+                self._reclaim(victim, view)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.ok:
             self._unfit.pop(view.key, None)
@@ -423,6 +429,15 @@ class Scheduler:
         if current != (value := spares.annotation(nodes)):
             self.status.annotate(view.flavour, view.key, {spares.RESERVED: value})
 
+    def _count_spares(self) -> None:
+        """The spare gauges: nodes reserved, those lent to preemptible pods, gangs holding any."""
+        nodes = {n for held in self._reserved.values() for n in held}
+        pods = self.state.pods
+        lent = sum(1 for n in nodes if any(spares.is_preemptible(pods.get(k) or {}) for k in self.state.on_node.get(n, ())))
+        self.metrics.spares_reserved.set(len(nodes))
+        self.metrics.spares_borrowed.set(lent)
+        self.metrics.spare_gangs.set(sum(1 for held in self._reserved.values() if held))
+
     def _reclaim(self, key: PodKey, view: GangView) -> None:
         pod = self.state.pods.get(key)
         node = self.state.node_of(key)
@@ -438,12 +453,13 @@ class Scheduler:
         no capacity was freed (`freed_generation`), the tree, the node filters and the failed
         domains are the same, and the gang asks the same, it still cannot fit: retrying it is a
         count over every node for nothing (a gang that waits for capacity would pay it at every
-        pass, hundreds a second). It is retried anyway every `resync_seconds`."""
+        pass, hundreds a second). It is retried anyway every `resync_seconds`, and when the breaker
+        closes (a spare reclaim it held back is planned again then)."""
         state = self.state
         pending = tuple((pod_key(p), (p.get("metadata") or {}).get("resourceVersion")) for p in view.pending)
         spec = (view.podgroup or {}).get("spec")
         return (state.topology_generation, state.freed_generation, excluded_domains, pending, tuple(view.placed),
-                view.min_member, spec, tuple(sorted(view.annotations.items())))
+                view.min_member, spec, tuple(sorted(view.annotations.items())), self.breaker.is_open)
 
     def _wait(self, view: GangView, now: float, shortfall: str = "") -> None:
         """A gang short of members (or without its PodGroup) waits; after a while it says so."""

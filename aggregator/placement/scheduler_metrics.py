@@ -76,7 +76,17 @@ class SchedulerMetrics:
         self.breaker_threshold = Gauge("hypertopo_remediation_breaker_threshold",
                                        "Nodes failing within the window that open the breaker.", registry=registry)
         self.breaker_withheld = Counter("hypertopo_remediation_breaker_withheld_evictions",
-                                        "Queued fault evictions withdrawn when the breaker opened.", registry=registry)
+                                        "Fault evictions the open breaker held back: queued ones withdrawn when it "
+                                        "opened, and evictions of preemptible pods from a gang's spares while open.",
+                                        registry=registry)
+        self.spares_reserved = Gauge("hypertopo_spare_nodes_reserved",
+                                     "Nodes reserved as warm spares for gangs (hypertopo.io/spare-nodes).",
+                                     registry=registry)
+        self.spares_borrowed = Gauge("hypertopo_spare_nodes_borrowed",
+                                     "Reserved spare nodes running preemptible pods (evicted first when needed).",
+                                     registry=registry)
+        self.spare_gangs = Gauge("hypertopo_spare_gangs", "Gangs holding at least one reserved spare node.",
+                                 registry=registry)
 
     def watch_gangs(self, ratios: Callable[[], Mapping[tuple[str, str], float]]) -> None:
         """Serves the per-gang whole-time ratios (`_WholeTime`) from `ratios`."""

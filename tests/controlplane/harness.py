@@ -3,6 +3,13 @@ applied, then Volcano's own CRDs over them (HyperNode, PodGroup, Queue, Job, ...
 like one that runs Volcano), and tears them down. The binaries come from build.sh, Volcano's CRDs
 from volcano/build_volcano.sh (built once, then cached).
 
+Kubernetes versions: the suite runs the newest supported release (build.sh, this folder's go.mod),
+with the Workload API served (scheduling.k8s.io/v1beta1 PodGroups and Workloads: the GenericWorkload
+and TopologyAwareWorkloadScheduling gates on, as a cluster that uses kube-scheduler's gang and
+topology-aware scheduling has them). `running(compat=True)`, or HYPERTOPO_KUBERNETES=compat for a
+whole run, gives the oldest supported minor instead (`build.sh compat`: its kube-apiserver and
+kubectl over the newest build's etcd), which has no Workload API.
+
 Authentication: a static token file holds an admin token (group system:masters) plus any tokens a
 test adds through `extra_tokens`; service-account tokens are signed with a key made per run, so
 TokenRequest works. The ServiceAccount admission plugin is off: no controller-manager runs to
@@ -14,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -35,12 +43,47 @@ class ControlPlaneError(RuntimeError):
     pass
 
 
-def build() -> Path:
-    """Builds (or finds cached) binaries; returns the directory holding them."""
-    proc = subprocess.run(["bash", str(HERE / "build.sh")], capture_output=True, text=True, check=False)
+# The Kubernetes feature gates that turn kube-scheduler's gang and topology-aware workload
+# scheduling on (pkg/features/kube_features.go of the pinned release: GenericWorkload is beta but off
+# by default, TopologyAwareWorkloadScheduling alpha). The API server and kube-scheduler need the same.
+WORKLOAD_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+# The API version of PodGroup and Workload that kube-scheduler and the Job controller of the pinned
+# release use; a beta API, so off unless --runtime-config turns it on.
+WORKLOAD_API = "scheduling.k8s.io/v1beta1"
+WORKLOAD_API_SINCE = (1, 37)  # the first minor serving WORKLOAD_API
+COMPAT_ENV = "HYPERTOPO_KUBERNETES"  # "compat": every control plane of the run is the oldest minor
+
+
+def use_compat(compat: bool | None = None) -> bool:
+    """The oldest supported minor when asked for, else as HYPERTOPO_KUBERNETES says."""
+    if compat is not None:
+        return compat
+    choice = os.environ.get(COMPAT_ENV, "")
+    if choice not in ("", "newest", "compat"):
+        raise ControlPlaneError(f"{COMPAT_ENV}={choice!r}: expected 'newest' or 'compat'")
+    return choice == "compat"
+
+
+def _build_dir(*args: str) -> Path:
+    proc = subprocess.run(["bash", str(HERE / "build.sh"), *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise ControlPlaneError(f"control-plane build failed:\n{proc.stderr[-4000:]}")
+        raise ControlPlaneError(f"control-plane build {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def build(compat: bool | None = None) -> Path:
+    """Builds (or finds cached) the binaries; returns the directory holding them: the newest release
+    (kube-apiserver, kubectl, kube-scheduler, kubelet, kube-controller-manager, etcd), or with
+    `compat` the oldest supported minor's (kube-apiserver, kubectl)."""
+    return _build_dir("compat") if use_compat(compat) else _build_dir()
+
+
+def version_of(bin_dir: Path) -> tuple[int, int]:
+    """(major, minor) of a build, from its cache directory's name (vMAJOR.MINOR.PATCH-KEY)."""
+    match = re.match(r"v(\d+)\.(\d+)\.", bin_dir.name)
+    if not match:
+        raise ControlPlaneError(f"{bin_dir}: not a versioned build directory")
+    return int(match.group(1)), int(match.group(2))
 
 
 def build_volcano(what: str = "all") -> Path:
@@ -70,6 +113,7 @@ class ControlPlane:
     bin_dir: Path
     workdir: Path
     bind_address: str = "127.0.0.1"
+    etcd_dir: Path | None = None  # where etcd is when bin_dir has none (the compat build)
     port: int = 0
     url: str = ""
     kubeconfig: Path = field(default_factory=Path)
@@ -129,7 +173,7 @@ class ControlPlane:
         self._spawn(
             "etcd",
             [
-                str(self.bin_dir / "etcd"),
+                str((self.etcd_dir or self.bin_dir) / "etcd"),
                 f"--data-dir={data}",
                 f"--listen-client-urls=http://127.0.0.1:{etcd_client}",
                 f"--advertise-client-urls=http://127.0.0.1:{etcd_client}",
@@ -162,6 +206,7 @@ class ControlPlane:
                 "--service-account-issuer=https://hypertopo.test",
                 "--api-audiences=https://hypertopo.test",
                 "--service-cluster-ip-range=10.96.0.0/16",
+                *self.version_flags(),
                 "--v=1",
             ],
         )
@@ -177,6 +222,22 @@ class ControlPlane:
         self.kubectl("apply", "--server-side", "--force-conflicts", f"--field-manager={VOLCANO_FIELD_MANAGER}",
                      "-f", str(crds), timeout=120)
         self.wait_crds_established()
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(major, minor) of the API server's release."""
+        return version_of(self.bin_dir)
+
+    @property
+    def workload_api(self) -> bool:
+        """Whether this API server serves WORKLOAD_API (PodGroups kube-scheduler reads)."""
+        return self.version >= WORKLOAD_API_SINCE
+
+    def version_flags(self) -> list[str]:
+        """The API server flags of its release: the Workload API where the release has it."""
+        if not self.workload_api:
+            return []
+        return [f"--feature-gates={WORKLOAD_GATES}", f"--runtime-config={WORKLOAD_API}=true"]
 
     def wait_crds_established(self, *names: str, timeout: float = 60) -> None:
         """The named CRDs (all of them when none is named) Established. Not `kubectl wait
@@ -240,12 +301,16 @@ class ControlPlane:
 
 @contextlib.contextmanager
 def running(
-    extra_tokens: Sequence[tuple[str, str, Sequence[str]]] = (), bind_address: str = "127.0.0.1"
+    extra_tokens: Sequence[tuple[str, str, Sequence[str]]] = (),
+    bind_address: str = "127.0.0.1",
+    compat: bool | None = None,
 ) -> Iterator[ControlPlane]:
-    """A started control plane; `bind_address="0.0.0.0"` also serves other interfaces (the lab)."""
-    bin_dir = build()
+    """A started control plane; `bind_address="0.0.0.0"` also serves other interfaces (the lab);
+    `compat` the oldest supported minor (default: as HYPERTOPO_KUBERNETES says, else the newest)."""
+    newest = _build_dir()
+    bin_dir = build(compat)
     workdir = Path(tempfile.mkdtemp(prefix="hypertopo-cp-"))
-    plane = ControlPlane(bin_dir=bin_dir, workdir=workdir, bind_address=bind_address)
+    plane = ControlPlane(bin_dir=bin_dir, workdir=workdir, bind_address=bind_address, etcd_dir=newest)
     try:
         plane.start(extra_tokens)
         yield plane

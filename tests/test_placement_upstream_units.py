@@ -182,6 +182,25 @@ def test_placed_members_pin_the_leaf_of_a_replacement_as_kube_scheduler_pins_the
     assert decision.ok and leaf_of(decision.assignments[("ns", "g-1")]) == "leaf-1"
 
 
+def test_hypertopos_sub_group_annotations_split_a_kubernetes_podgroup_under_its_topology_key() -> None:
+    # pods of two rank groups, interleaved by name: filling by name would mix them in each leaf;
+    # the sub-groups (one leaf each) under the PodGroup's spine key keep each group in its own leaf
+    subgroups = {"hypertopo.io/subgroup-label-keys": "grp", "hypertopo.io/subgroup-highest-tier-name": "leaf",
+                 "hypertopo.io/subgroup-size": "4"}
+    pods = []
+    for i in range(8):
+        member = pod(f"g-{i}", "g")
+        member["metadata"]["labels"] = {"grp": "ab"[i % 2]}
+        pods.append(("Pod", member))
+    state = cluster(("K8sPodGroup", k8s_podgroup("g", 8, "hypertopo.io/spine", annotations=subgroups)), *pods)
+    view = next(v for v in podgroups.collect(state) if v.key == ("ns", "g"))
+    decision = decide(state, topology_of(state), view)
+    assert decision.ok and len(decision.assignments) == 8
+    leaves = {group: {leaf_of(n) for k, n in decision.assignments.items() if int(k[1][2:]) % 2 == "ab".index(group)}
+              for group in "ab"}
+    assert all(len(found) == 1 for found in leaves.values()) and leaves["a"] != leaves["b"]
+
+
 # -- status as kube-scheduler writes it -------------------------------------------------------
 def test_the_initially_scheduled_condition_follows_kube_schedulers_rules() -> None:
     group = k8s_podgroup("g", 2, generation=3)

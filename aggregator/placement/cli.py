@@ -23,7 +23,8 @@ from aggregator.placement.trace import TraceError, load_trace, synthetic
 SIMULATE_HELP = """\
 Replays a job trace over a cluster model file and prints JSON figures: decision latency p50/p99,
 share of gangs at the lowest feasible tier, mean lowest-common tier, leaves per gang, GPU
-utilisation, queueing delay and evictions. The HyperNodes are what `hypertopo-aggregator render
+utilisation, queueing delay and evictions; with node failures, the recoveries (kept their tier, on
+spares), the time to whole and the whole-time ratio. The HyperNodes are what `hypertopo-aggregator render
 --model` gives for the same model (the aggregator's own tier inference). The job file format is
 documented in aggregator/placement/trace.py.
 

@@ -28,7 +28,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 @pytest.fixture(autouse=True)
 def _serves_podgroups(apiserver: ControlPlane) -> None:
-    if not getattr(apiserver, "workload_api", False):
+    if not apiserver.workload_api:
         missing("the test API server does not serve scheduling.k8s.io/v1beta1 PodGroups (Kubernetes 1.37 and later)")
 
 

@@ -158,6 +158,9 @@ CAN_I: dict[str, list[tuple[str, str, str | None, bool]]] = {
         ("patch", "hypernodes.topology.volcano.sh", None, False),
         ("patch", "podgroups.scheduling.x-k8s.io/status", "default", True),
         ("create", "podgroups.scheduling.x-k8s.io", "default", False),
+        ("patch", "podgroups.scheduling.k8s.io/status", "default", True),
+        ("update", "podgroups.scheduling.k8s.io/status", "default", False),
+        ("delete", "podgroups.scheduling.k8s.io", "default", False),
         ("patch", "podgroups.scheduling.volcano.sh", "default", True),
         ("delete", "podgroups.scheduling.volcano.sh", "default", False),
         ("create", "commands.bus.volcano.sh", "default", True),
@@ -464,6 +467,8 @@ CLUSTER_RULES: dict[str, dict[str, set[str]]] = {
         "hypernodes.topology.volcano.sh": {"get", "list", "watch"},
         "podgroups.scheduling.x-k8s.io": {"get", "list", "watch", "patch"},  # annotations
         "podgroups.scheduling.x-k8s.io/status": {"get", "patch", "update"},
+        "podgroups.scheduling.k8s.io": {"get", "list", "watch", "patch"},  # Kubernetes' own: annotations
+        "podgroups.scheduling.k8s.io/status": {"patch"},  # its conditions, by strategic merge
         "podgroups.scheduling.volcano.sh": {"get", "list", "watch", "patch"},
         "queues.scheduling.volcano.sh": {"get", "list", "watch"},
         "jobs.batch.volcano.sh": {"get", "list", "watch"},

@@ -45,12 +45,13 @@ ROWS = (
 
 
 def replay(spines: int, leaves: int, per_leaf: int, jobs: int, failures: int, recovery: float,
-           spare: str) -> dict[str, Any]:
+           spare: str, load: float) -> dict[str, Any]:
     model = parse_model(trace_model(spines, leaves, per_leaf, nvl=4))
     nodes = model.nodes()
     topology = build(model_hypernodes(model))
-    trace = synthetic(nodes, jobs, seed=0, failures=failures, on_fabric_fault="restart-pods")
-    out: dict[str, Any] = {"nodes": len(nodes), "jobs": jobs, "failures": failures, "recovery_seconds": recovery}
+    trace = synthetic(nodes, jobs, seed=0, failures=failures, on_fabric_fault="restart-pods", load=load)
+    out: dict[str, Any] = {"nodes": len(nodes), "jobs": jobs, "failures": failures, "recovery_seconds": recovery,
+                           "load": load}
     for label, spares in ((f"spares_{spare}", spare), ("no_spares", "")):
         begin = time.perf_counter()
         result = Simulation(topology, node_capacity(nodes), trace, policy("hypertopo"), spare_nodes=spares,
@@ -69,15 +70,16 @@ def main() -> int:
     parser.add_argument("--failures", type=int, default=1536)
     parser.add_argument("--recovery-seconds", type=float, default=120.0)
     parser.add_argument("--spare-nodes", default="1")
+    parser.add_argument("--load", type=float, default=0.9, help="offered load of the synthetic trace (default 0.9)")
     parser.add_argument("--json", action="store_true", help="print one JSON document only")
     args = parser.parse_args()
     out = replay(args.spines, args.leaves, args.per_leaf, args.jobs, args.failures, args.recovery_seconds,
-                 args.spare_nodes)
+                 args.spare_nodes, args.load)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     with_, without = out[f"spares_{args.spare_nodes}"], out["no_spares"]
-    print(f"{out['nodes']} nodes, {out['jobs']} jobs, {out['failures']} node failures, restart-pods, "
+    print(f"{out['nodes']} nodes, {out['jobs']} jobs at offered load {args.load:g}, {out['failures']} node failures, restart-pods, "
           f"replacements run {args.recovery_seconds:g} s after binding")
     print(f"{'':50} {'spares ' + args.spare_nodes:>24} {'no spares':>24}")
     for name, read in ROWS:

@@ -97,10 +97,13 @@ def test_a_queued_gang_that_no_domain_can_hold_is_not_offered_to_the_policy() ->
     assert asked.count("s0") == 1
 
 
-def test_the_recovery_time_option_is_bounded() -> None:
+@pytest.mark.parametrize("option", [("--recovery-seconds", "-1"), ("--recovery-seconds", "1e9"), ("--load", "0"),
+                                    ("--load", "lots")])
+def test_the_recovery_time_and_load_options_are_bounded(option: tuple[str, str],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["simulate", "--model", "none.yaml", "--synthetic", "3", "--recovery-seconds", "-1"])
-    assert exit_.value.code == 2
+        main(["simulate", "--model", "none.yaml", "--synthetic", "3", *option])
+    assert exit_.value.code == 2 and option[0] in capsys.readouterr().err
 
 
 def test_capacity_held_out_for_a_down_node_comes_back_with_it() -> None:

@@ -44,6 +44,9 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of every modelled node (default 8)")
     sim.add_argument("--failures", type=int, metavar="N",
                      help="node failures in the synthetic trace (default: one per 50 jobs)")
+    sim.add_argument("--load", type=load_value, default=0.9, metavar="L",
+                     help="GPU-seconds the synthetic trace asks per GPU-second of the cluster while jobs arrive "
+                          "(default 0.9; above 1 the queue grows)")
     sim.add_argument("--fault-policy", default="restart-gang", choices=("restart-pods", "restart-gang", "none"),
                      help="on_fabric_fault of the synthetic trace's jobs (default restart-gang)")
     sim.add_argument("--spare-nodes", default="", metavar="N|P%", type=spare_value,
@@ -65,6 +68,17 @@ def spare_value(text: str) -> str:
     return text.strip()
 
 
+def load_value(text: str) -> float:
+    """`--load`: above 0, at most 10 (a bad one: one line, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:32]!r} is not a number") from None
+    if not 0 < value <= 10:
+        raise argparse.ArgumentTypeError(f"{text[:32]!r} is not above 0 and at most 10")
+    return value
+
+
 def recovery_value(text: str) -> float:
     """`--recovery-seconds`: 0 to a day (a bad one: one line, exit 2)."""
     try:
@@ -81,7 +95,7 @@ def _simulate(args: argparse.Namespace) -> int:
         model = load_model(args.model)
         nodes = model.nodes()
         trace = load_trace(args.jobs) if args.jobs else synthetic(
-            nodes, args.synthetic, seed=args.seed, gpus_per_node=args.gpus_per_node,
+            nodes, args.synthetic, seed=args.seed, gpus_per_node=args.gpus_per_node, load=args.load,
             failures=None if args.failures is None else max(0, min(args.failures, 1_000_000)),
             on_fabric_fault=args.fault_policy)
     except (ModelError, TraceError) as exc:  # a file that cannot be used: input, exit 1

@@ -4,21 +4,30 @@ tests/controlplane/harness.py) with kwok nodes and HyperNodes: the README's work
 bound in one leaf and says so the way kube-scheduler does, a gang no leaf can hold waits with the
 reason, a key that is no hypertopo tier is refused in one line, and a fabric fault is handled as
 the PodGroup's `hypertopo.io/on-fabric-fault` asks, with FabricHealthy beside kube-scheduler's
-condition. The test plays the workload controller: it creates replacements for evicted pods."""
+condition. The test plays the workload controller: it creates replacements for evicted pods.
+
+Last, a gang the real kube-scheduler places (same release, its Workload gates on) is remediated by
+hypertopo-scheduler `--remediate-only`: FabricHealthy goes beside kube-scheduler's own condition
+and the pods of a failed node are evicted; kube-scheduler places their replacements in the leaf."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
+import ssl
+import subprocess
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from controlplane.harness import ControlPlane
+from controlplane.harness import WORKLOAD_GATES, ControlPlane
 from placement_live import Cluster, wait_for
-from realparts import missing
+from realparts import free_port, missing, stop_processes
 
 from aggregator.placement.adapters import kube
 
@@ -56,14 +65,16 @@ def k8s_podgroup(name: str, min_count: int, key: str, on_fault: str = "") -> dic
     return group
 
 
-def add_pods(cluster: Cluster, group: str, names: list[str], gpus: int = 4) -> None:
-    """The README's pod under each name, in the test's namespace, for the test's scheduler."""
+def add_pods(cluster: Cluster, group: str, names: list[str], gpus: int = 4, scheduler: str = "") -> None:
+    """The README's pod under each name, in the test's namespace, for the test's scheduler (or
+    `scheduler`), on the test's nodes only."""
     _, template = readme_example()
     bodies = []
     for name in names:
         body = copy.deepcopy(template)
         body["metadata"] = {"name": name, "namespace": cluster.ns, "labels": {"hypertopo.io/test": cluster.tag}}
-        body["spec"]["schedulerName"] = cluster.scheduler_name
+        body["spec"]["schedulerName"] = scheduler or cluster.scheduler_name
+        body["spec"]["nodeSelector"] = {"hypertopo.io/test": cluster.tag}
         body["spec"]["schedulingGroup"]["podGroupName"] = group
         body["spec"]["terminationGracePeriodSeconds"] = 0
         body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)},
@@ -172,3 +183,74 @@ def test_a_fabric_fault_restarts_the_pods_of_the_failed_node_in_the_same_leaf(cl
     assert down["reason"] in ("FabricFailed", "Recovering")
     assert conds == {"PodGroupInitiallyScheduled": "True", "FabricHealthy": "True"}  # side by side
     print(f"\nfabric fault: gang whole again in its leaf {whole_s:.2f} s after the taint")
+
+
+def label_leaves(cluster: Cluster, layout: dict[str, list[str]]) -> None:
+    """The labels the aggregator's --node-labels writes: hypertopo.io/<tierName>=<HyperNode>."""
+    for leaf, nodes in layout.items():
+        for name in nodes:
+            patch = {"metadata": {"labels": {"hypertopo.io/leaf": leaf, "hypertopo.io/spine": f"spine-{cluster.tag}"}}}
+            cluster.api.request("PATCH", kube.NODES.path(name=name), body=patch, content_type=kube.MERGE_PATCH)
+
+
+def _ready(port: int) -> bool:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    with contextlib.suppress(OSError), urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx,
+                                                              timeout=2) as resp:  # fmt: skip
+        return bool(resp.status == 200)
+    return False
+
+
+@contextlib.contextmanager
+def kube_scheduler(plane: ControlPlane, name: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The release's kube-scheduler with its Workload gates on, scheduling pods named `name`."""
+    config = plane.workdir / f"kube-scheduler-{name}.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(plane.kubeconfig)}, "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": name}]}))
+    port = free_port()
+    with open(plane.workdir / f"kube-scheduler-{name}.log", "wb") as log:
+        proc = subprocess.Popen([str(plane.bin_dir / "kube-scheduler"), f"--config={config}",
+                                 f"--feature-gates={WORKLOAD_GATES}", "--bind-address=127.0.0.1",
+                                 f"--secure-port={port}", "--v=2"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for("kube-scheduler /readyz", lambda: proc.poll() is None and _ready(port), timeout=60, interval=0.2)
+        yield proc
+    finally:
+        stop_processes([proc], timeout=10)
+
+
+def test_remediate_only_handles_a_fault_of_a_gang_kube_scheduler_placed(cluster: Cluster) -> None:
+    # 2 leaves x 3 nodes x 8 GPUs; kube-scheduler places 4 x 4 GPUs in one leaf (its topology key)
+    layout = cluster.leaf_spine(leaves=2, per_leaf=3, gpus=8)
+    label_leaves(cluster, layout)
+    placer = f"ks-{cluster.tag}"
+    with kube_scheduler(cluster.plane, placer), cluster.scheduler(remediate_only=True):
+        add_k8s_podgroup(cluster, k8s_podgroup("ks", 4, "hypertopo.io/leaf", on_fault="restart-pods"))
+        add_pods(cluster, "ks", [f"ks-{i}" for i in range(4)], scheduler=placer)
+        before = cluster.wait_bound(4, timeout=60)
+        leaf = {leaf_of(layout)[n] for n in before.values()}
+        assert len(leaf) == 1, before
+        placed = wait_for("kube-scheduler's PodGroupInitiallyScheduled=True",
+                          lambda: (c := condition(cluster, "ks", "PodGroupInitiallyScheduled")) and c["status"] == "True"
+                          and c)
+        wait_for("hypertopo's FabricHealthy=True", lambda: (c := condition(cluster, "ks", "FabricHealthy"))
+                 and c["status"] == "True")
+        failed = sorted(before.values())[0]
+        victims = {p for p, n in before.items() if n == failed}
+        faulted = time.monotonic()
+        cluster.taint(failed)
+        wait_for("the failed node's pods evicted", lambda: not victims & set(cluster.pods()))
+        wait_for("FabricHealthy not True", lambda: (c := condition(cluster, "ks", "FabricHealthy")) and c["status"] != "True")
+        add_pods(cluster, "ks", [f"ks-r{i}" for i in range(len(victims))], scheduler=placer)
+        after = cluster.wait_bound(4, timeout=60)
+        replacements = {p: n for p, n in after.items() if p.startswith("ks-r")}
+        assert {leaf_of(layout)[n] for n in replacements.values()} == leaf and failed not in replacements.values()
+        wait_for("FabricHealthy True again", lambda: (c := condition(cluster, "ks", "FabricHealthy")) and c["status"] == "True")
+        whole_s = time.monotonic() - faulted
+        conds = {c["type"]: c for c in podgroup(cluster, "ks")["status"]["conditions"]}
+    assert set(conds) == {"PodGroupInitiallyScheduled", "FabricHealthy"}  # kube-scheduler's and hypertopo's
+    assert conds["PodGroupInitiallyScheduled"]["lastTransitionTime"] == placed["lastTransitionTime"]
+    print(f"\nkube-scheduler's gang, remediated by hypertopo: whole again in its leaf {whole_s:.2f} s after the taint")

@@ -92,6 +92,15 @@ def condition(cluster: Cluster, name: str, kind: str) -> dict[str, Any] | None:
     return next((c for c in conds if c.get("type") == kind), None)
 
 
+def _get(cluster: Cluster, path: str) -> dict[str, Any] | None:
+    try:
+        return cluster.api.request("GET", path)
+    except kube.ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def leaf_of(layout: dict[str, list[str]]) -> dict[str, str]:
     return {n: leaf for leaf, nodes in layout.items() for n in nodes}
 
@@ -118,11 +127,18 @@ def test_the_readmes_podgroup_is_bound_in_one_leaf_and_says_so_as_kube_scheduler
         healthy = wait_for("FabricHealthy=True", lambda: (c := condition(cluster, "trainer", "FabricHealthy"))
                            and c["status"] == "True" and c)
         wait_for("Scheduled on the PodGroup", lambda: group_events(cluster, "Scheduled", "trainer"))
+        ranks = wait_for("the rank map on the PodGroup", lambda: (podgroup(cluster, "trainer")["metadata"].get(
+            "annotations") or {}).get("hypertopo.io/rank-map"))
+        hostfile = wait_for("the hostfile ConfigMap", lambda: _get(cluster, kube.CONFIGMAPS.path(
+            namespace=cluster.ns, name="trainer-hostfile")))
         generation = podgroup(cluster, "trainer")["metadata"].get("generation", 0)
     # kube-scheduler writes the PodGroup's generation, which v1.37's PodGroup strategy never sets
     # (0: omitted); the condition carries the same
     assert scheduled["reason"] == "Scheduled" and scheduled.get("observedGeneration", 0) == generation
     assert healthy["reason"] == "FabricHealthy"
+    assert yaml.safe_load(ranks) == [[f"trainer-{i}", placement[f"trainer-{i}"]] for i in range(4)]  # rank order
+    (owner,) = hostfile["metadata"]["ownerReferences"]
+    assert (owner["apiVersion"], owner["kind"], owner["name"]) == ("scheduling.k8s.io/v1beta1", "PodGroup", "trainer")
     print(f"\nREADME PodGroup: 4 pods bound in one leaf {bound_s:.2f} s after the PodGroup was created")
 
 

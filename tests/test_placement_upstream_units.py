@@ -262,6 +262,41 @@ def test_a_condition_goes_as_a_strategic_merge_of_itself_alone_on_the_status_sub
     assert writer.status_completed == 1
 
 
+class RefusingApi(RecordingApi):
+    """Refuses the first `refusals` PATCH requests (an API server restarting, a conflict)."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    def request(self, method: str, path: str, *, body: Any = None, content_type: str = "") -> dict[str, Any]:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise RuntimeError("503 the server is currently unable to handle the request")
+        return super().request(method, path, body=body, content_type=content_type)
+
+
+def test_a_refused_condition_write_is_queued_again_on_the_next_try() -> None:
+    api, failed = RefusingApi(1), list[Any]()
+    writer = StatusWriter(api, failed.append)
+    group = k8s_podgroup("g", 2)
+    cond = upstream.condition(upstream.INITIALLY_SCHEDULED, "False", "Unschedulable", "0/4 nodes are available")
+    writer.k8s_condition(("ns", "g"), group, cond)
+    assert wait_for_true(lambda: failed == [("k8s:PodGroupInitiallyScheduled", ("ns", "g"))])
+    writer.forget(failed[0])  # what the scheduler loop does with a failed target
+    writer.k8s_condition(("ns", "g"), group, cond)  # the next unfit decision says the same
+    writer.shutdown()
+    (path, _, body), = api.patches
+    assert path.endswith("/podgroups/g/status") and body["status"]["conditions"][0]["reason"] == "Unschedulable"
+
+
+def wait_for_true(predicate: Any, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not predicate():
+        time.sleep(0.005)
+    return bool(predicate())
+
+
 def test_initially_scheduled_goes_true_once_min_count_members_are_bound() -> None:
     state = cluster(("K8sPodGroup", k8s_podgroup("g", 2)), ("Pod", pod("g-0", "g", node_name="n0")), ("Pod", pod("g-1", "g")))
     api = RecordingApi()

@@ -5,7 +5,10 @@ Why a loop of its own, beside the probe loop: a round to ten peers at 20 probes 
 second or more, and a lost probe waits its timeout; the probe loop must keep answering link events
 in under a second. So measuring runs in its own thread every `interval` (default 300 s: the cost
 is `plan size x count x 2` datagrams of 64 bytes a round, see README "Measured fabric"), and the
-probe loop stamps the latest latched measurements onto each report it publishes.
+probe loop stamps the latest latched measurements onto each report it publishes. Every
+`burst_every` rounds a round also sends each peer a short train of large datagrams whose arrival
+rate is the path's bandwidth (agent.adapters.udp_probe `burst`), carried in the measurements until
+the next train.
 
 What to probe and whom to answer come from this node's row of the probe plan, which the
 aggregator computes from the HyperNode tree and publishes in the node's own NodeTopology status
@@ -44,6 +47,8 @@ class FabricMeasure:
     row_source: Callable[[], PlanRow | None]  # this node's published plan row (None: none yet)
     count: int = 20
     interval: float = 300.0
+    burst_every: int = 0  # rounds between bandwidth trains (0: never; the transport must have `burst`)
+    burst_count: int = 32  # datagrams in a train
     clock: Callable[[], float] = time.time
     digest: str = ""  # of the tree the row was planned from
     peers: tuple[tuple[str, str], ...] = ()  # (node, probe address)
@@ -51,6 +56,7 @@ class FabricMeasure:
     measurements: tuple[Measurement, ...] = ()
     live: dict[str, Measurement] = field(default_factory=dict)  # last round, unlatched (metrics)
     rounds: int = 0
+    bandwidth: dict[str, int] = field(default_factory=dict)  # peer -> last train's Mbit/s, carried between trains
 
     def replan(self, row: PlanRow | None) -> None:
         """Takes the published row (no row yet: nothing to probe, nobody answered)."""
@@ -64,13 +70,24 @@ class FabricMeasure:
     def round(self) -> tuple[Measurement, ...]:
         self.replan(self.row_source())
         current = []
+        burst = getattr(self.transport, "burst", None)
+        trains = burst is not None and self.burst_every > 0 and self.rounds % self.burst_every == 0
         for peer, peer_address in self.peers:
             rtts = self.transport.round_trips(peer_address, self.count)
-            current.append(summarise(peer, rtts, when=self.clock(), transport=self.transport.name))
+            m = summarise(peer, rtts, when=self.clock(), transport=self.transport.name)
+            if trains and burst is not None:
+                self._train(peer, burst(peer_address, self.burst_count))
+            current.append(replace(m, bandwidth_mbps=self.bandwidth.get(peer)))
         self.live = {m.peer: m for m in current}
         self.measurements = latch(self.measurements, current)
         self.rounds += 1
         return self.measurements
+
+    def _train(self, peer: str, mbps: float | None) -> None:
+        if mbps is None:
+            self.bandwidth.pop(peer, None)
+        else:
+            self.bandwidth[peer] = max(1, round(mbps))
 
     def allowed(self) -> frozenset[str]:
         return self.probers
@@ -114,6 +131,14 @@ class MeasureMetrics(Collector):
             for m in live:
                 g.add_metric([m.peer, m.transport], value(m))
             yield g
+        bandwidth = GaugeMetricFamily(
+            "hypertopo_fabric_bandwidth_bits_per_second",
+            "rate of the last bandwidth train to a fabric peer, as it arrived",
+            labels=["peer"],
+        )
+        for peer, mbps in sorted(self._measure.bandwidth.items()):
+            bandwidth.add_metric([peer], mbps * 1e6)
+        yield bandwidth
         yield GaugeMetricFamily(
             "hypertopo_fabric_probe_peers",
             "peers in this node's fabric probe plan",

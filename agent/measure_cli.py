@@ -71,6 +71,20 @@ def add_measure_flags(run: argparse.ArgumentParser) -> None:
         help="UDP port of the probe responder (default 9731)",
     )
     group.add_argument(
+        "--measure-burst-every",
+        type=_bounded(int, "whole number", 0, 10000),
+        default=12,
+        metavar="ROUNDS",
+        help="a bandwidth train to each peer every ROUNDS rounds (default 12: hourly at the default interval; 0: never)",
+    )
+    group.add_argument(
+        "--measure-burst-count",
+        type=_bounded(int, "whole number", 2, 1000),
+        default=32,
+        metavar="N",
+        help="datagrams of 1,200 bytes in a train (default 32: ~40 KB per peer)",
+    )
+    group.add_argument(
         "--measure-rate",
         type=_positive,
         default=50.0,
@@ -99,6 +113,8 @@ def start_measuring(
         row_source=lambda: own_row(kube, node_name),  # the aggregator's plan for this node
         count=args.measure_count,
         interval=args.measure_interval,
+        burst_every=args.measure_burst_every,
+        burst_count=args.measure_burst_count,
     )
     responder = UdpResponder(
         address, port=port, allowed=measure.allowed, rate=args.measure_rate, interface=interface

@@ -315,7 +315,7 @@ def judge(
 
 
 DEGRADED_REASONS = {"NVLink": "NVLinkDegraded", "RDMA": "RDMADegraded", "link": "LinkDegraded", "PCIe": "PCIeDegraded",
-                    "latency": "LatencyDegraded"}  # fmt: skip
+                    "latency": "LatencyDegraded", "bandwidth": "BandwidthDegraded"}  # fmt: skip
 
 
 def judge_degraded(total: int, degraded: list[tuple[str, MemberHealth]], threshold: Threshold) -> Condition:

@@ -35,8 +35,11 @@ from agent.report import MAX_MEASUREMENTS, Measurement
 from aggregator.graph import FabricFault
 
 LOSS_FINDING_PERCENT = 10.0  # two of twenty probes: one lost datagram is noise, not a finding
+SLOW_LINK_RATIO = 0.25  # a domain's trains out of (or into) it at under a quarter of its siblings' median rate:
+# trains through busy hubs and NICs vary by 3x (195 against 540 Mbit/s between two healthy lab leaves)
 MAX_FINDINGS = 100  # a fabric-wide problem is told by its first hundred pairs, not all
 CAUSE = "latency"
+CAUSES = {"slow-uplink": "bandwidth", "slow-downlink": "bandwidth"}  # by finding kind; else CAUSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class Pair:
     tier: int  # its tier (0 when not joined)
     a_child: str = ""  # the child of `meet` each end is in ("" inside one leaf): sibling samples
     b_child: str = ""
+    mbps: int | None = None  # the bandwidth train's rate, a to b, when one was sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,7 @@ class Fold:
         """The findings as grey faults on the nodes they blame (FabricDegraded on their domains)."""
         out: dict[str, list[FabricFault]] = defaultdict(list)
         for f in self.findings:
-            out[f.node].append(FabricFault(False, CAUSE, f.text))
+            out[f.node].append(FabricFault(False, CAUSES.get(f.kind, CAUSE), f.text))
         return {node: tuple(faults) for node, faults in out.items()}
 
     def annotations(self, name: str) -> Mapping[str, str]:
@@ -131,7 +135,7 @@ def pairs(tree: Tree, measured: Mapping[str, Sequence[Measurement]]) -> list[Pai
                 meet, a_child, b_child = _meet(mine, chains.get(m.peer, ()))
                 placed[key] = (meet, tier_of[meet] if meet else 0, a_child, b_child)
             meet, tier, a_child, b_child = placed[key]
-            out.append(Pair(node, m.peer, m.p50_us, m.loss_percent, meet, tier, a_child, b_child))
+            out.append(Pair(node, m.peer, m.p50_us, m.loss_percent, meet, tier, a_child, b_child, m.bandwidth_mbps))
     return out
 
 
@@ -255,12 +259,56 @@ def _lossy(found: Sequence[Pair]) -> list[MeasuredFinding]:
     ]
 
 
+def _rates(found: Sequence[Pair], skip: set[str], into: bool) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """Per domain, the train rates of the sibling pairs leaving it (or entering it, `into`), trains
+    from the `skip` domains left out; and each domain's parent."""
+    rates: dict[str, list[int]] = defaultdict(list)
+    parent: dict[str, str] = {}
+    for p in found:
+        if p.a_child and p.mbps and p.a_child not in skip:
+            rates[p.b_child if into else p.a_child].append(p.mbps)
+            parent[p.a_child] = parent[p.b_child] = p.meet
+    return rates, parent
+
+
+def _slow_side(rates: Mapping[str, list[int]], parent: Mapping[str, str]) -> dict[str, tuple[float, float]]:
+    """The domains whose median rate is under SLOW_LINK_RATIO of the median of their siblings':
+    domain -> (its median, the siblings')."""
+    medians = {d: statistics.median(v) for d, v in rates.items()}
+    by_parent: dict[str, list[str]] = defaultdict(list)
+    for d in medians:
+        by_parent[parent[d]].append(d)
+    slow = {}
+    for siblings in by_parent.values():
+        for d in siblings if len(siblings) > 1 else ():
+            others = statistics.median(medians[s] for s in siblings if s != d)
+            if medians[d] < SLOW_LINK_RATIO * others:
+                slow[d] = (medians[d], others)
+    return slow
+
+
+def _slow_links(tree: Tree, found: Sequence[Pair]) -> list[MeasuredFinding]:
+    """A domain whose bandwidth trains to its siblings (its uplink) or, apart from trains of slow
+    uplinks, from them (its downlink) arrive at under SLOW_LINK_RATIO of its siblings' median:
+    every node of it is blamed (the link is the domain's, not one node's), the numbers in the
+    text. Between two siblings a slow uplink and a slow downlink of the other are one path; it is
+    named as the uplink."""
+    up = _slow_side(*_rates(found, set(), into=False))
+    down = _slow_side(*_rates(found, set(up), into=True))
+    findings = []
+    for kind, slow, verb in (("slow-uplink", up, "from it to"), ("slow-downlink", down, "into it from")):
+        for d, (mine, theirs) in sorted(slow.items()):
+            text = f"{d}: bandwidth trains {verb} its siblings at {round(mine)} Mbit/s, theirs at {round(theirs)} Mbit/s"
+            findings += [MeasuredFinding(n, kind, text) for n in tree.nodes.get(d, ())]
+    return findings
+
+
 def fold(domains: Iterable[Domain], measured: Mapping[str, Sequence[Measurement]]) -> Fold:
     """Per-domain figures, the tier profile and the findings for one set of measurements."""
     tree = build_tree(domains, order=False)
     found = pairs(tree, measured)
     tiers = _tier_profile(found)
-    findings = [*_slow_in_leaf(found, tiers), *_other_leaf(tree, found, tiers), *_lossy(found)]
+    findings = [*_slow_in_leaf(found, tiers), *_other_leaf(tree, found, tiers), *_lossy(found), *_slow_links(tree, found)]
     return Fold(_domain_figures(tree, found), tiers, tuple(findings[:MAX_FINDINGS]))
 
 

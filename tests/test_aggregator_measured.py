@@ -3,6 +3,8 @@ findings that contradict the tree, and leaf groups from latency alone."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from agent.measure_plan import Domain, plan
 from agent.report import Measurement
 from aggregator.measured import fold, infer_leaves
@@ -85,3 +87,42 @@ def test_leaf_groups_are_recovered_from_latency_alone_with_a_clear_gap():
 def test_without_measurements_every_node_is_its_own_group_and_nothing_is_sure():
     guess = infer_leaves({"a1": [], "a2": []})
     assert guess.groups == (frozenset({"a1"}), frozenset({"a2"})) and guess.coverage == 0.0
+
+
+THREE = [
+    Domain("leaf-a", 1, ("a1", "a2", "a3")),
+    Domain("leaf-b", 1, ("b1", "b2", "b3")),
+    Domain("leaf-c", 1, ("c1", "c2", "c3")),
+    Domain("spine", 2, ("leaf-a", "leaf-b", "leaf-c")),
+]
+LEAF3 = {n: d.name for d in THREE if d.tier == 1 for n in d.children}
+
+
+def trains(rate) -> dict[str, list[Measurement]]:
+    """Every node measures its planned peers with a bandwidth train; `rate(a, b)` gives its Mbit/s."""
+    return {
+        a: [dataclasses.replace(m(p.peer, 10 if LEAF3[a] == LEAF3[p.peer] else 100), bandwidth_mbps=rate(a, p.peer))
+            for p in probes]
+        for a, probes in plan(THREE).items()
+    }  # fmt: skip
+
+
+def test_a_leaf_whose_trains_out_are_slow_has_a_slow_uplink_blamed_on_all_its_nodes():
+    result = fold(THREE, trains(lambda a, b: 20 if LEAF3[a] == "leaf-b" and LEAF3[b] != "leaf-b" else 400))
+    slow = [f for f in result.findings if f.kind.startswith("slow-")]
+    assert {(f.node, f.kind) for f in slow} == {("b1", "slow-uplink"), ("b2", "slow-uplink"), ("b3", "slow-uplink")}
+    assert slow[0].text == "leaf-b: bandwidth trains from it to its siblings at 20 Mbit/s, theirs at 400 Mbit/s"
+    faults = result.fabric_faults()
+    assert set(faults) == {"b1", "b2", "b3"} and all(f.cause == "bandwidth" and not f.failure for f in faults["b2"])
+
+
+def test_a_leaf_whose_trains_in_are_slow_has_a_slow_downlink_and_its_senders_are_not_blamed():
+    result = fold(THREE, trains(lambda a, b: 30 if LEAF3[b] == "leaf-c" and LEAF3[a] != "leaf-c" else 400))
+    slow = {(f.node, f.kind) for f in result.findings if f.kind.startswith("slow-")}
+    assert slow == {("c1", "slow-downlink"), ("c2", "slow-downlink"), ("c3", "slow-downlink")}
+
+
+def test_rates_within_a_few_times_of_each_other_are_no_finding():
+    result = fold(THREE, trains(lambda a, b: 150 if LEAF3[a] == "leaf-a" else 500))  # 0.3 of the others'
+    assert [f for f in result.findings if f.kind.startswith("slow-")] == []
+    assert fold(THREE, trains(lambda a, b: None)).findings == ()  # no trains sent: nothing said about bandwidth

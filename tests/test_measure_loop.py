@@ -156,3 +156,31 @@ def test_an_api_server_away_is_an_error_not_a_missing_row():
 
     with pytest.raises(ApiError):
         own_row(Away({}), "a1")
+
+
+class TrainTransport(FakeTransport):
+    """FakeTransport with bandwidth trains: `rate` Mbit/s, counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rate: float | None = 400.0
+        self.trains: list[str] = []
+
+    def burst(self, peer_address: str, count: int) -> float | None:
+        self.trains.append(peer_address)
+        return self.rate
+
+
+def test_trains_go_every_nth_round_and_their_rate_is_carried_until_the_next():
+    transport, view = TrainTransport(), {"domains": DOMAINS, "addresses": ADDRESSES}
+    measure = FabricMeasure("a1", "10.0.0.1", transport, lambda: rows(view["domains"], view["addresses"]).get("a1"),
+                            count=5, burst_every=3)  # fmt: skip
+    first = measure.round()  # round 0: a train to every peer
+    assert len(transport.trains) == len(first) and all(m.bandwidth_mbps == 400 for m in first)
+    transport.rate = 410.0  # within the band: what was published stays, with its rate
+    assert measure.round() == first and measure.round() == first and len(transport.trains) == len(first)
+    transport.rate = 40.0  # the next train (round 3) finds a tenth: published again
+    moved = measure.round()
+    assert len(transport.trains) == 2 * len(first) and {m.bandwidth_mbps for m in moved} == {40}
+    families = {f.name: f for f in MeasureMetrics(measure).collect()}
+    assert {s.value for s in families["hypertopo_fabric_bandwidth_bits_per_second"].samples} == {40e6}

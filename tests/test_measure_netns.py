@@ -1,11 +1,13 @@
 """The measured fabric end to end in network namespaces: real agents' measuring loops (real UDP
 probes, real responders) across a two-tier lab whose switches add latency per tier
 (tests/lab/measure_net.py). From measurement alone the fold recovers the leaves and the tier
-profile, a deliberately mis-delayed host link is flagged, and the probe traffic counted on every
-host's fabric NIC stays within the plan's budget."""
+profile, a deliberately mis-delayed host link is flagged, bandwidth trains find a rate-limited
+uplink (and nothing on healthy links), and the probe traffic counted on every host's fabric NIC
+stays within the plan's budget."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterator
 
 import pytest
@@ -87,3 +89,30 @@ def test_a_mis_delayed_host_link_is_flagged_as_degraded_with_the_pair_and_number
     # latency faults land on h2 alone (a lab hub may drop a datagram now and then: loss is its own kind)
     latency = {f.node for f in result.findings if f.kind != "loss"}
     assert latency == {"h2"} and "h2" in result.fabric_faults(), result.findings
+
+
+TRAIN = 32
+
+
+def test_a_rate_limited_uplink_is_flagged_from_bandwidth_trains_and_healthy_links_are_not(lab):
+    healthy = fold(domains(lab), measurements(lab.measure(COUNT, trains=TRAIN)))
+    lab.limit_uplink("leaf2", 4.0)  # 4 Mbit/s up from leaf2; the rest runs as fast as the lab's hubs go
+    try:
+        results = lab.measure(COUNT, trains=TRAIN)
+    finally:
+        lab.limit_uplink("leaf2", None)
+    limited = fold(domains(lab), measurements(results))
+    rates = {(h, m.peer): m.bandwidth_mbps for h, ms in measurements(results).items() for m in ms}
+    print("healthy findings:", healthy.findings, "\nrates with leaf2's uplink at 4 Mbit/s:", rates)
+    assert [f for f in healthy.findings if f.kind.startswith("slow-")] == [], healthy.findings
+    slow = [f for f in limited.findings if f.kind.startswith("slow-")]
+    assert {f.node for f in slow} == set(lab.leaves["leaf2"]) and {f.kind for f in slow} == {"slow-uplink"}, slow
+    assert slow[0].text.startswith("leaf2: bandwidth trains from it to its siblings at "), slow[0].text
+    # the trains up from leaf2 arrive at about the uplink's rate (three share it at once); a lone one
+    # now and then reads fast (seen once: 533 Mbit/s, a lab hub's doing), so the median is what counts
+    across = [r or 0 for (h, peer), r in rates.items() if h in lab.leaves["leaf2"] and peer in lab.leaves["leaf1"]]
+    assert across and statistics.median(across) <= 8, rates
+    faults = limited.fabric_faults()
+    assert all(f.cause == "bandwidth" for n in lab.leaves["leaf2"] for f in faults[n] if "bandwidth" in f.text)
+    # the trains stayed trains: every datagram of them was counted by a responder, none answered
+    assert sum(r["train_datagrams"] for r in results.values()) <= sum(len(r["peers"]) for r in results.values()) * TRAIN

@@ -91,3 +91,22 @@ def test_udp_responder_rate_limit_bounds_the_answers():
     finally:
         r.stop()
     assert sum(x is not None for x in rtts) == 5 and r.answered == 5
+
+
+def test_a_bandwidth_train_is_timed_by_the_responder_and_answered_by_one_small_report(responder):
+    from realparts import wait_for
+
+    from agent.adapters.udp_probe import MAX_TRAINS
+
+    probe = UdpTransport("127.0.0.2", port=responder.port, timeout=0.2, gap=0.0)
+    answered = responder.answered
+    mbps = probe.burst("127.0.0.1", 32)
+    assert mbps is not None and mbps > 1, mbps  # loopback: far above a megabit
+    wait_for(lambda: responder.answered > answered, timeout=2, what="the responder's count")  # it counts after sending
+    assert responder.train_datagrams >= 2 and responder.answered == answered + 1  # the query, not the train
+    assert probe.sent == 33 and responder.trains == {}  # the report consumed the train's record
+    stranger = UdpTransport("127.0.0.3", port=responder.port, timeout=0.05, gap=0.0)
+    refused = responder.refused
+    assert stranger.burst("127.0.0.1", 8) is None
+    wait_for(lambda: responder.refused == refused + 9, timeout=2, what="8 datagrams and a query refused")
+    assert len(responder.trains) <= MAX_TRAINS

@@ -61,11 +61,20 @@ def _loss_step(loss: float) -> int:
 
 
 def within_band(old: Measurement, new: Measurement) -> bool:
-    """Whether `new` says nothing `old` did not: medians within the band, same loss step."""
+    """Whether `new` says nothing `old` did not: medians within the band, same loss step, and
+    bandwidth (when either has one) within the relative band."""
     band = max(ABSOLUTE_BAND_US, RELATIVE_BAND * old.p50_us)
-    return abs(new.p50_us - old.p50_us) <= band and _loss_step(new.loss_percent) == _loss_step(
-        old.loss_percent
+    return (
+        abs(new.p50_us - old.p50_us) <= band
+        and _loss_step(new.loss_percent) == _loss_step(old.loss_percent)
+        and _same_bandwidth(old.bandwidth_mbps, new.bandwidth_mbps)
     )
+
+
+def _same_bandwidth(old: int | None, new: int | None) -> bool:
+    if old is None or new is None:
+        return old == new
+    return abs(new - old) <= RELATIVE_BAND * old
 
 
 def latch(previous: Iterable[Measurement], current: Iterable[Measurement]) -> tuple[Measurement, ...]:

@@ -335,7 +335,7 @@ class MeasuredMetrics:
         yield tiers
         found = GaugeMetricFamily("hypertopo_measured_findings", "measured pairs contradicting the tree, slow "
                                   "or lossy, by kind", labels=["kind"])  # fmt: skip
-        for kind in ("slow-in-leaf", "other-leaf", "loss"):
+        for kind in ("slow-in-leaf", "other-leaf", "loss", "slow-uplink", "slow-downlink"):
             found.add_metric([kind], s.findings.get(kind, 0))
         yield found
         yield GaugeMetricFamily("hypertopo_measured_leaf_disagreements",

@@ -51,6 +51,7 @@ class MeasureNet:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="htmeasure-")))
     switches: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     extra_ms: dict[str, float] = field(default_factory=dict)  # host -> extra delay on its leaf port
+    uplink_mbit: dict[str, float] = field(default_factory=dict)  # leaf -> rate of its uplink (swp49)
     tag: str = field(default_factory=lambda: f"{os.getpid() % 100000}")
 
     def ns(self, name: str) -> str:
@@ -97,12 +98,14 @@ class MeasureNet:
             sh("ip", "-n", self.ns(name), "link", "set", tmp, "name", port)
             sh("ip", "-n", self.ns(name), "link", "set", port, "up")
 
-    def port_delays(self, switch: str) -> dict[str, float]:
+    def port_delays(self, switch: str) -> dict[str, str]:
+        """Port -> `MS` or `MS/MBIT` (delay_switch.py's argument)."""
         if switch == self.spine:
-            return {f"swp{i + 1}": self.spine_ms for i in range(len(self.leaves))}
+            return {f"swp{i + 1}": f"{self.spine_ms}" for i in range(len(self.leaves))}
         hosts = self.leaves[switch]
-        ports = {f"swp{j + 1}": self.leaf_ms + self.extra_ms.get(h, 0.0) for j, h in enumerate(hosts)}
-        return {**ports, "swp49": self.spine_ms}
+        ports = {f"swp{j + 1}": f"{self.leaf_ms + self.extra_ms.get(h, 0.0)}" for j, h in enumerate(hosts)}
+        rate = self.uplink_mbit.get(switch)
+        return {**ports, "swp49": f"{self.spine_ms}/{rate}" if rate else f"{self.spine_ms}"}
 
     def start_switch(self, switch: str) -> None:
         old = self.switches.pop(switch, None)
@@ -130,6 +133,14 @@ class MeasureNet:
         self.extra_ms[host] = extra_ms
         self.start_switch(next(leaf for leaf, hosts in self.leaves.items() if host in hosts))
 
+    def limit_uplink(self, leaf: str, mbit: float | None) -> None:
+        """Rate-limits a leaf's uplink towards the spine (None: no limit): a slow or congested uplink."""
+        if mbit is None:
+            self.uplink_mbit.pop(leaf, None)
+        else:
+            self.uplink_mbit[leaf] = mbit
+        self.start_switch(leaf)
+
     def down(self) -> None:
         stop_processes(list(self.switches.values()), timeout=5)
         self.switches.clear()
@@ -140,7 +151,7 @@ class MeasureNet:
 
     # -- a measuring round -------------------------------------------------------------------
     def measure(
-        self, count: int, *, settle: float = 4.0, budget: float = 20.0
+        self, count: int, *, settle: float = 4.0, budget: float = 20.0, trains: int = 0
     ) -> dict[str, dict[str, object]]:
         """Every host runs one round of the agent's loop at the same moment; their results."""
         lab = self.workdir / "lab.json"
@@ -160,7 +171,7 @@ class MeasureNet:
                 str(HERE / "measure_node.py"),
             ]
             argv += ["--node", host, "--address", self.address(host), "--lab", str(lab), "--nic", "fab0"]
-            argv += ["--out", str(self.workdir / f"{host}.json"), "--count", str(count)]
+            argv += ["--out", str(self.workdir / f"{host}.json"), "--count", str(count), "--trains", str(trains)]
             argv += ["--start-at", str(start), "--end-at", str(start + budget)]
             env = {**os.environ, "PYTHONPATH": str(REPO)}
             procs[host] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -30,16 +30,18 @@ def main() -> None:
     for flag in ("--start-at", "--end-at"):
         args.add_argument(flag, type=float, required=True)
     args.add_argument("--count", type=int, default=20)
+    args.add_argument("--trains", type=int, default=0, help="datagrams in a bandwidth train to each peer (0: none)")
     opts = args.parse_args()
     lab = json.loads(Path(opts.lab).read_text())
     domains = [Domain(d["name"], d["tier"], tuple(d["children"])) for d in lab["domains"]]
     addresses = lab["addresses"]
     transport = UdpTransport(opts.address, timeout=1.0, gap=0.005)
     row = rows(domains, addresses).get(opts.node)  # what the aggregator publishes in its status
-    measure = FabricMeasure(opts.node, opts.address, transport, lambda: row, count=opts.count)
+    measure = FabricMeasure(opts.node, opts.address, transport, lambda: row, count=opts.count,
+                            burst_every=1 if opts.trains else 0, burst_count=opts.trains or 32)  # fmt: skip
     measure.replan(row)
     before = tx_packets(opts.nic)
-    responder = UdpResponder(opts.address, allowed=measure.allowed, rate=1000, burst=100)
+    responder = UdpResponder(opts.address, allowed=measure.allowed, rate=1000, burst=100, burst_rate=100_000)
     responder.start()
     time.sleep(max(0.0, opts.start_at - time.time()))
     measured = measure.round()
@@ -51,6 +53,8 @@ def main() -> None:
         "probers": sorted(n for n, a in addresses.items() if a in measure.probers),
         "sent": transport.sent,
         "answered": responder.answered,
+        "train_datagrams": responder.train_datagrams,
+        "trains": transport.trains,  # (peer address, sent, received, first-to-last ns)
         "refused": responder.refused,
         "tx_packets": tx_packets(opts.nic) - before,
     }

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.measure_plan import Domain, build_tree, plan, tree_digest
+from agent.measure_plan import Domain, plan, tree_digest
 
 UNPLACED = "hypertopo-unplaced"  # the pseudo-leaf of measuring nodes no HyperNode holds yet
 MAX_PEERS = 64  # spec.measurements' maxItems: a row naming more could not be published anyway
@@ -73,11 +73,11 @@ def rows(domains: Iterable[Domain], addresses: Mapping[str, str]) -> dict[str, P
     would answer), probers by address. O(nodes x plan size)."""
     tree = with_unplaced(domains, addresses)
     try:
-        build_tree(tree, order=False)
-    except ValueError:  # a tree the plan cannot use (a node in two leaves): the cabled part alone
+        plans = plan(tree)
+    except ValueError:  # a tree the plan cannot use with the pseudo-leaf: the cabled part alone
         tree = [d for d in tree if d.name != UNPLACED]
+        plans = plan(tree)
     digest = tree_digest(tree)
-    plans = plan(tree)
     probers: dict[str, set[str]] = defaultdict(set)
     for node, probes in plans.items():
         if node in addresses:

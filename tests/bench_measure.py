@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.adapters.udp_probe import PACKET_SIZE, UdpResponder, UdpTransport
+from agent.adapters.udp_probe import BURST_SIZE, PACKET_SIZE, UdpResponder, UdpTransport
 from agent.measure_plan import Domain, in_degree, plan
 from agent.measure_rows import to_wire
 from agent.report import ComponentHealth, Health, Measurement, NodeReport
@@ -127,6 +127,8 @@ def main() -> None:
     args.add_argument("--count", type=int, default=20)
     args.add_argument("--interval", type=float, default=300.0)
     args.add_argument("--runs", type=int, default=3)
+    args.add_argument("--burst-every", type=int, default=12, help="rounds between bandwidth trains (the agent's default)")
+    args.add_argument("--burst-count", type=int, default=32, help="datagrams in a train (the agent's default)")
     opts = args.parse_args()
     domains = fat_tree(opts.nodes)
     plan_s, plans = best(opts.runs, lambda: plan(domains))
@@ -150,6 +152,10 @@ def main() -> None:
         "in_degree": {"max": max(degree), "mean": round(statistics.mean(degree), 2)},
         "datagrams_sent_per_node_per_hour": round(max(sent_per_hour)),
         "bytes_sent_per_node_per_hour": round(max(sent_per_hour) * WIRE_BYTES),
+        # bandwidth trains: --burst-count datagrams of BURST_SIZE to each peer every --burst-every rounds
+        "train_bytes_sent_per_node_per_hour": round(
+            max(sizes) * opts.burst_count * (BURST_SIZE + WIRE_BYTES - PACKET_SIZE) * rounds_per_hour / max(opts.burst_every, 1)
+        ),
         "cluster_datagrams_per_second": round(2 * sum(sizes) * opts.count * rounds_per_hour / 3600, 1),
         "agent_cpu_s_per_round": round(cpu_round, 4),
         "agent_cpu_s_per_hour": round(cpu_round * rounds_per_hour, 3),

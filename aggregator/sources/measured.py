@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 from prometheus_client.core import GaugeMetricFamily
 
-from agent.measure_plan import domains_from_hypernodes, tree_digest
+from agent.measure_plan import Domain, domains_from_hypernodes, tree_digest
 from agent.measure_rows import PlanRow, rows
 from agent.probes.fabric_rtt import ABSOLUTE_BAND_US, RELATIVE_BAND
 from agent.report import Measurement, NodeReport
@@ -114,8 +114,8 @@ def _spanning(group: frozenset[str], leaf_of: Mapping[str, str]) -> list[str]:
     return [f"measured: {named} {verb} as one leaf with {counts[main]} nodes of {main}"]
 
 
-def _leaf_of(hypernodes: Mapping[str, Obj]) -> dict[str, str]:
-    return {c: d.name for d in domains_from_hypernodes(hypernodes.values()) if d.tier == 1 for c in d.children}
+def _leaf_of(domains: Sequence[Domain]) -> dict[str, str]:
+    return {c: d.name for d in domains if d.tier == 1 for c in d.children}
 
 
 def _report(obj: Obj) -> NodeReport | None:
@@ -265,24 +265,23 @@ class MeasuredFabric:
         if key == self._key:
             return False
         self._key = key
-        changed = self._fold(hypernodes, measured)
+        changed = self._fold(domains, measured)
         if changed:
             self.generation += 1
             self._wake()
         return changed
 
-    def _plan(self, domains: Sequence[Any], reports: Mapping[str, NodeReport]) -> Mapping[str, PlanRow]:
+    def _plan(self, domains: Sequence[Domain], reports: Mapping[str, NodeReport]) -> Mapping[str, PlanRow]:
         addresses = {n: r.probe_address for n, r in reports.items() if r.probe_address}
         key = (tree_digest(domains), addresses)
         if key != self._rows_key:
             self._rows_key, self._rows = key, rows(domains, addresses)
         return self._rows
 
-    def _fold(self, hypernodes: Mapping[str, Obj], measured: Mapping[str, Sequence[Measurement]]) -> bool:
+    def _fold(self, domains: Sequence[Domain], measured: Mapping[str, Sequence[Measurement]]) -> bool:
         started = time.perf_counter()
-        domains = domains_from_hypernodes(hypernodes.values())
         folded = fold(domains, measured)
-        leaf_of = _leaf_of(hypernodes)
+        leaf_of = _leaf_of(domains)
         cut = leaf_cut(folded.tiers)
         checked = infer_leaves(measured, cut) if cut is not None else None
         lines = tuple(disagreements(leaf_of, checked, measured)) if checked is not None else ()

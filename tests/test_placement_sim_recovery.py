@@ -115,3 +115,26 @@ def test_capacity_held_out_for_a_down_node_comes_back_with_it() -> None:
     result = sim.run()
     assert result["queueing_delay_s"]["mean"] == 0.0 and result["mean_lca_tier"] == 2.0
     assert all(sim.free[n] == Resources(8, 128_000, 2 * 2**40, 110) for n in NODES) and not sim.held
+
+
+def test_in_one_pass_over_the_queue_a_shape_that_did_not_fit_is_not_checked_again_for_as_many_pods(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from aggregator.placement import simulate
+
+    checked: list[str] = []
+    real = simulate.lowest_feasible_tier
+
+    def counting(topology: Topology, free: Any, gang: Gang, **kwargs: Any) -> int | None:
+        checked.append(gang.name)
+        return real(topology, free, gang, **kwargs)
+
+    monkeypatch.setattr(simulate, "lowest_feasible_tier", counting)
+    # block holds 6 of the 7 nodes until 100 s; 3-node and 4-node gangs queue behind it. When small
+    # ends at 10 s, the pass finds three short (2 nodes free), so four is not checked; at 100 s both
+    # are checked and start.
+    jobs = (Job("block", 0.0, 6, 8, 100.0), Job("small", 0.0, 1, 8, 10.0), Job("three", 1.0, 3, 8, 10.0),
+            Job("four", 2.0, 4, 8, 10.0))
+    result = replay(jobs, ())
+    assert result["completed"] == 4
+    assert checked == ["block", "small", "three", "four", "three", "three", "four"]
+    assert result["unfit_skipped"] == 4  # three and four on arrival, three and four at 10 s

@@ -200,11 +200,21 @@ class Simulation:
             found = self._gangs[job.name] = gang_of(job)
         return found
 
-    def _try_start(self, job: Job) -> bool:
+    def _try_start(self, job: Job, short: dict[tuple[Resources, int], int] | None = None) -> bool:
+        """Starts the job if it fits now. `short`: per (pod shape, spares asked), the fewest pods
+        found not to fit during this pass over the queue; capacity only shrinks within a pass, so
+        a gang of that shape asking as many or more does not fit either (a long queue costs a few
+        checks per shape, not one per gang)."""
         gang = self._gang(job)
+        key = (gang.pods[0].request, self.book.count(gang)) if gang.pods and gang.homogeneous else None
+        if short is not None and key is not None and gang.required >= short.get(key, gang.required + 1):
+            self.stats.unfit_skipped += 1
+            return False
         fits, lowest = self._fits(gang)
         if not fits:
             self.stats.unfit_skipped += 1
+            if short is not None and key is not None:
+                short[key] = min(short.get(key, gang.required), gang.required)
             return False
         placement = self._decide(gang, fresh=True)
         if not placement.ok:
@@ -244,8 +254,9 @@ class Simulation:
 
     def _drain_queue(self) -> None:
         waiting, self.queue = self.queue, []
+        short: dict[tuple[Resources, int], int] = {}
         for job in waiting:
-            if not self._try_start(job):
+            if not self._try_start(job, short):
                 self.queue.append(job)
 
     # -- events ----------------------------------------------------------------------------------

@@ -163,9 +163,11 @@ def volcano_running(
     JobFlow).
 
     vc-scheduler creates the `default` and `root` Queues itself. It waits for every Volcano CRD,
-    which the harness applies. Against this v1.33 API server no feature gate has to be turned off:
-    vc-scheduler aligns its feature-gate defaults with the server's version (emulation version 1.33,
-    so DynamicResourceAllocation stays off and resource.k8s.io/v1 is never watched)."""
+    which the harness applies. No feature gate has to be set: vc-scheduler aligns its feature-gate
+    defaults with the server's version. On the suite's v1.37 API server that is its own library's
+    (v1.34) defaults, DynamicResourceAllocation on, and the server serves resource.k8s.io/v1 it then
+    watches; on the v1.33 compatibility server DynamicResourceAllocation stays off and
+    resource.k8s.io/v1 is never watched."""
     bin_dir = volcano_dir()
     tag = uuid.uuid4().hex[:6]
     conf_path = plane.workdir / f"volcano-scheduler-{tag}.conf"

@@ -127,6 +127,8 @@ CAN_I: dict[str, list[tuple[str, str, str | None, bool]]] = {
         ("get", "nodetopologies.hypertopo.io", None, True),
         ("delete", "nodetopologies.hypertopo.io", None, False),
         ("list", "nodetopologies.hypertopo.io", None, False),
+        ("patch", "nodetopologies.hypertopo.io/status", None, False),  # its probe plan is the aggregator's to write
+        ("list", "hypernodes.topology.volcano.sh", None, False),  # measuring reads its own NodeTopology only
         ("patch", "hypernodes.topology.volcano.sh", None, False),
         ("get", "nodes", None, False),
         ("list", "secrets", AGENT_NS, False),
@@ -137,6 +139,7 @@ CAN_I: dict[str, list[tuple[str, str, str | None, bool]]] = {
         ("delete", "nodetopologies.hypertopo.io", None, True),  # reports of deleted Nodes
         ("patch", "nodetopologies.hypertopo.io", None, False),
         ("create", "nodetopologies.hypertopo.io", None, False),
+        ("patch", "nodetopologies.hypertopo.io/status", None, True),  # each node's probe plan (--measured-fabric)
         ("create", "hypernodes.topology.volcano.sh", None, True),
         ("delete", "hypernodes.topology.volcano.sh", None, True),
         ("patch", "hypernodes.topology.volcano.sh/status", None, True),
@@ -452,6 +455,7 @@ CLUSTER_RULES: dict[str, dict[str, set[str]]] = {
     "hypertopo-agent": {"nodetopologies.hypertopo.io": {"get", "create", "patch"}},
     "hypertopo-aggregator": {
         "nodetopologies.hypertopo.io": {"get", "list", "watch", "delete"},
+        "nodetopologies.hypertopo.io/status": {"patch"},  # each node's probe plan (--measured-fabric)
         "nodes": {"get", "list", "watch"},  # patch only with components/node-marks
         "hypernodes.topology.volcano.sh": {"get", "list", "watch", "create", "patch", "update", "delete"},
         "hypernodes.topology.volcano.sh/status": {"get", "patch", "update"},

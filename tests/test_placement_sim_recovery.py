@@ -130,7 +130,7 @@ def test_in_one_pass_over_the_queue_a_shape_that_did_not_fit_is_not_checked_agai
 
     monkeypatch.setattr(simulate, "lowest_feasible_tier", counting)
     # block holds 6 of the 7 nodes until 100 s; 3-node and 4-node gangs queue behind it. When small
-    # ends at 10 s, the pass finds three short (2 nodes free), so four is not checked; at 100 s both
+    # ends at 10 s, the pass finds three short (1 node free), so four is not checked; at 100 s both
     # are checked and start.
     jobs = (Job("block", 0.0, 6, 8, 100.0), Job("small", 0.0, 1, 8, 10.0), Job("three", 1.0, 3, 8, 10.0),
             Job("four", 2.0, 4, 8, 10.0))

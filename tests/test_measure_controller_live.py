@@ -48,12 +48,15 @@ def published_rows(plane: ControlPlane) -> dict[str, Any]:
     return {o["metadata"]["name"]: from_wire((o.get("status") or {}).get("probePlan")) for o in items}
 
 
-def measure(reports: dict[str, NodeReport], table: dict[str, Any], rtt: Callable[[str, str], int]) -> list[Any]:
-    """Each node's report with round trips to the peers of its published row (as its agent would)."""
-    def m(peer: str, us: int) -> Measurement:
-        return Measurement(peer, us, us + us // 10, 0.0, 20, "2026-11-25T21:00:00Z")
+def measure(reports: dict[str, NodeReport], table: dict[str, Any], rtt: Callable[[str, str], int],
+            rate: Callable[[str, str], int | None] = lambda a, b: None) -> list[Any]:
+    """Each node's report with round trips (and train rates) to the peers of its published row, as
+    its agent would."""
+    def m(a: str, peer: str) -> Measurement:
+        us = rtt(a, peer)
+        return Measurement(peer, us, us + us // 10, 0.0, 20, "2026-11-25T21:00:00Z", bandwidth_mbps=rate(a, peer))
 
-    return [node_topology_object(dataclasses.replace(r, measurements=tuple(m(p, rtt(n, p)) for p, _ in table[n].peers)))
+    return [node_topology_object(dataclasses.replace(r, measurements=tuple(m(n, p) for p, _ in table[n].peers)))
             for n, r in reports.items()]  # fmt: skip
 
 
@@ -111,8 +114,9 @@ def test_measurements_annotate_hypernodes_and_a_slow_node_degrades_its_leaf(plan
         apply_objects(plane, measure(reports, table, healthy))
         annotated = lambda: {k: v for k, v in live(plane)["leaf-leaf1"]["metadata"].get("annotations", {}).items()  # noqa: E731
                              if k in (INSIDE, SIBLING)}  # fmt: skip
-        wait_for(lambda: annotated() == {INSIDE: "10", SIBLING: "100"}, timeout=20, what="the measured annotations")
-        assert live(plane)["spine-spine1"]["metadata"]["annotations"][INSIDE] == "100"
+        spine = lambda: live(plane)["spine-spine1"]["metadata"].get("annotations", {}).get(INSIDE)  # noqa: E731
+        wait_for(lambda: annotated() == {INSIDE: "10", SIBLING: "100"} and spine() == "100", timeout=20,
+                 what="the measured annotations")  # one reconcile writes them, one HyperNode after another
         tree = subprocess.run([sys.executable, "-m", "aggregator", "tree", "--kubeconfig", str(plane.kubeconfig),
                                "--color", "never"], capture_output=True, text=True, cwd=REPO, check=True).stdout  # fmt: skip
         assert "leaf leaf-leaf1  4 nodes  Ready  p50 10 us inside, 100 us to siblings" in tree, tree
@@ -139,6 +143,18 @@ def test_measurements_annotate_hypernodes_and_a_slow_node_degrades_its_leaf(plan
         apply_objects(plane, measure(reports, table, healthy))
         wait_for(lambda: conditions(live(plane)["leaf-leaf1"])["FabricDegraded"]["status"] == "False", timeout=20,
                  what="FabricDegraded=False once healed")  # fmt: skip
+
+        # bandwidth trains: leaf2's go up at 10 Mbit/s, everything else at 400
+        slow_up = lambda a, b: 10 if leaf_of[a] == "leaf-leaf2" and leaf_of[b] == "leaf-leaf1" else 400  # noqa: E731
+        apply_objects(plane, measure(reports, table, healthy, slow_up))
+        wait_for(lambda: conditions(live(plane)["leaf-leaf2"])["FabricDegraded"]["status"] == "True", timeout=20,
+                 what="FabricDegraded=True on leaf2 from its trains")  # fmt: skip
+        degraded = conditions(live(plane)["leaf-leaf2"])["FabricDegraded"]
+        assert degraded["reason"] == "BandwidthDegraded", degraded
+        assert degraded["message"].startswith("4 of 4 nodes degraded (tolerates 0% of nodes): node05: leaf-leaf2: "
+                                              "bandwidth trains from it to its siblings at 10 Mbit/s, theirs at 400 Mbit/s")
+        assert conditions(live(plane)["leaf-leaf1"])["FabricDegraded"]["status"] == "False"
+        assert scrape(port)['hypertopo_measured_findings{kind="slow-uplink"}'] == 4
 
 
 def test_without_cabling_nodes_get_leaves_from_latency_alone(plane: ControlPlane) -> None:

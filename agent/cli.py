@@ -399,7 +399,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     config = RunConfig(interval=args.interval, listen=listen, ready_grace=args.ready_grace)
     publisher = Publisher(api, verify_every=args.verify_interval or None)
-    measuring = start_measuring(args, args.node_name, args.kubeconfig)
+    try:
+        measuring = start_measuring(args, args.node_name, args.kubeconfig)
+    except (OSError, ValueError) as exc:  # an unknown interface, an address not on this host
+        raise UsageError(one_line(str(exc))) from exc
     measure = measuring[0] if measuring else None
     agent = Agent(Prober(_collect_config(args, args.node_name)), publisher, config, measure=measure)
 

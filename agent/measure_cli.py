@@ -9,7 +9,9 @@ Kept out of agent.cli so the command module stays a list of commands."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import ipaddress
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -42,9 +44,10 @@ def add_measure_flags(run: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--measure-fabric",
-        metavar="ADDRESS",
+        metavar="ADDRESS|IFACE",
         default=None,
-        help="measure UDP round trips to the peers the probe plan picks, from and on this fabric NIC address "
+        help="measure UDP round trips to the peers the probe plan picks, from and on this fabric NIC address, "
+        "or the first IPv4 (else global IPv6) address of this interface, which also ties the sockets to it "
         "(published as spec.probeAddress); off by default",
     )
     group.add_argument(
@@ -93,6 +96,27 @@ def add_measure_flags(run: argparse.ArgumentParser) -> None:
     )
 
 
+def fabric_address(value: str, addresses: Mapping[str, Sequence[Any]] | None = None) -> tuple[str, str | None]:
+    """(address, interface) for --measure-fabric: an IP address as given (no interface), or an
+    interface's first IPv4 address, else its first global IPv6 one. ValueError in one line when
+    the interface does not exist or has no usable address. `addresses`: psutil.net_if_addrs()."""
+    try:
+        return str(ipaddress.ip_address(value)), None
+    except ValueError:
+        pass
+    if addresses is None:
+        import psutil
+
+        addresses = psutil.net_if_addrs()
+    if value not in addresses:
+        raise ValueError(f"--measure-fabric {value!r}: neither an IP address nor an interface of this host")
+    found = [a.address for a in addresses[value] if a.family == socket.AF_INET]
+    found += [a.address for a in addresses[value] if a.family == socket.AF_INET6 and not a.address.startswith("fe80")]
+    if not found:
+        raise ValueError(f"--measure-fabric {value!r}: the interface has no IPv4 or global IPv6 address")
+    return found[0], value
+
+
 def start_measuring(
     args: argparse.Namespace, node_name: str, kubeconfig: str | None
 ) -> tuple[Any, Any] | None:
@@ -105,7 +129,8 @@ def start_measuring(
     from agent.fabric_measure import FabricMeasure
 
     kube = connect(kubeconfig, timeout=(2.0, 10.0))
-    address, port, interface = args.measure_fabric, args.measure_port, args.measure_interface
+    address, named = fabric_address(args.measure_fabric)
+    port, interface = args.measure_port, args.measure_interface or named
     measure = FabricMeasure(
         node=node_name,
         address=address,

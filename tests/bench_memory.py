@@ -275,10 +275,14 @@ def _row(what: str, nodes: int, code: str, rss: float, base: float, extra: str =
           flush=True)
 
 
-def run_inprocess(sizes: list[int], dirs: dict[str, str]) -> None:
+def run_inprocess(sizes: list[int], dirs: dict[str, str], old_max: int) -> None:
     for nodes in sizes:
         for role in ("aggregator", "scheduler"):
             for code, path in dirs.items():
+                if code == "old" and nodes > old_max:
+                    print(f"in-process {role:<17} old  {nodes:>7} nodes  not run (--old-max {old_max}: it would "
+                          f"need ~{nodes * (0.2 if role == 'aggregator' else 0.1):,.0f} MB)", flush=True)
+                    continue
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join([path, str(REPO / "tests")])}
                 proc = subprocess.run([sys.executable, __file__, "--child", role, str(nodes)], env=env,
                                       capture_output=True, text=True, check=False, cwd="/")
@@ -295,6 +299,8 @@ def main() -> int:
     parser.add_argument("--inprocess", type=int, nargs="*", default=[5000])
     parser.add_argument("--live", type=int, nargs="*", default=[])
     parser.add_argument("--old-commit", default=OLD_COMMIT)
+    parser.add_argument("--old-max", type=int, default=20_000,
+                        help="largest cluster the old code is run at (it holds ~200 MB per 1,000 nodes)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -302,11 +308,11 @@ def main() -> int:
         return 0
     dirs = _code_dirs(args.old_commit)
     if args.inprocess:
-        run_inprocess(args.inprocess, dirs)
+        run_inprocess(args.inprocess, dirs, args.old_max)
     if args.live:
         from bench_memory_live import run_live
 
-        run_live(args.live, dirs)
+        run_live(args.live, {k: v for k, v in dirs.items() if k != "old" or max(args.live) <= args.old_max})
     return 0
 
 

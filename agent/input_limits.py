@@ -102,36 +102,54 @@ def check_tree(
     built in Python, whose walk `max_items` still bounds). Iterative: a walk of the document's own
     size, whatever its shape."""
     seen: set[int] = set()
-    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    stack: list[_Entry] = [(value, 0, None, None)]
     count = 0
     while stack:
-        node, depth, path = stack.pop()
+        entry = stack.pop()
+        node, depth = entry[0], entry[1]
         count += 1
         if count > max_items:
             raise InputLimitError(f"{what}: more than {max_items} values")
         if isinstance(node, str):
             if len(node) > max_text:
-                raise InputLimitError(f"{what}{path or ''}: a string of {len(node)} characters (at most {max_text})")
+                raise InputLimitError(f"{what}{_path(entry)}: a string of {len(node)} characters (at most {max_text})")
             continue
         if not isinstance(node, (list, dict)):
             continue
         if depth >= max_depth:
-            raise InputLimitError(f"{what}{path}: nested deeper than {max_depth} levels")
+            raise InputLimitError(f"{what}{_path(entry)}: nested deeper than {max_depth} levels")
         if not shared and id(node) in seen:
-            raise InputLimitError(f"{what}{path}: the same value used twice (YAML aliases are not accepted)")
+            raise InputLimitError(f"{what}{_path(entry)}: the same value used twice (YAML aliases are not accepted)")
         seen.add(id(node))
-        stack.extend(_children(node, depth + 1, path, what, max_text))
+        stack.extend(_children(entry, what, max_text))
 
 
-def _children(node: list[Any] | dict[Any, Any], depth: int, path: str, what: str, max_text: int) -> list[tuple[Any, int, str]]:
+# (value, depth, the entry of the container holding it, its index or key there): a value's path is
+# spelled out from these links only for an error, not for each of a document's values as it is walked
+_Entry = tuple[Any, int, Any, Any]
+
+
+def _children(entry: _Entry, what: str, max_text: int) -> list[_Entry]:
+    node, depth = entry[0], entry[1] + 1
     if isinstance(node, list):
-        return [(item, depth, f"{path}[{i}]"[:200]) for i, item in enumerate(node)]
-    out = []
-    for key, item in node.items():
+        return [(item, depth, entry, i) for i, item in enumerate(node)]
+    for key in node:
         if isinstance(key, str) and len(key) > max_text:
-            raise InputLimitError(f"{what}{path}: a key of {len(key)} characters")
-        out.append((item, depth, f"{path}.{key if isinstance(key, str) else short(key)}"[:200]))
-    return out
+            raise InputLimitError(f"{what}{_path(entry)}: a key of {len(key)} characters")
+    return [(item, depth, entry, key) for key, item in node.items()]
+
+
+def _path(entry: _Entry) -> str:
+    """`.spec.items[3].name`: where `entry` sits in its document (each step cut to 200 characters)."""
+    steps: list[str] = []
+    while entry[2] is not None:
+        parent, key = entry[2], entry[3]
+        steps.append(f"[{key}]" if isinstance(parent[0], list) else f".{key if isinstance(key, str) else short(key)}")
+        entry = parent
+    path = ""
+    for step in reversed(steps):
+        path = f"{path}{step}"[:200]
+    return path
 
 
 def load_json(text: str | bytes, what: str, *, max_bytes: int, max_depth: int = MAX_DEPTH,

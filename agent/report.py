@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 
@@ -394,66 +394,115 @@ def _wire_fields(cls: type) -> tuple[tuple[str, str, Any, bool, bool], ...]:
     )
 
 
+Reader = Callable[[Any, str], Any]  # (wire value, its path for errors) -> the value read
+
+
 @functools.cache
-def _shape(cls: Any) -> tuple[str, tuple[Any, ...]]:
-    """How values of the field type `cls` are read (dataclass, enum, primitive, tuple, mapping or
-    optional) and its type arguments, once per type."""
+def _reader(cls: Any) -> Reader:
+    """The reader of values of the field type `cls` (dataclass, enum, primitive, tuple, mapping or
+    optional), built once per type with the readers of its parts: working out how to read a type
+    (typing's introspection, a cache lookup that hashes the type) on every value was most of it."""
     origin = get_origin(cls)
     if origin is None and isinstance(cls, type):
         if dataclasses.is_dataclass(cls):
-            return "dataclass", ()
-        return ("enum" if issubclass(cls, enum.Enum) else "primitive"), ()
+            return _dataclass_reader(cls)
+        return _enum_reader(cls) if issubclass(cls, enum.Enum) else _primitive_reader(cls)
     args = get_args(cls)
     if origin is tuple:
-        return "tuple", args
+        return _tuple_reader(_reader(args[0]))
     if origin in (Mapping, dict) or str(origin).endswith("Mapping"):
-        return "mapping", args
-    return "optional", tuple(a for a in args if a is not type(None))  # Optional[X] / X | None
+        return _mapping_reader(_reader(args[0]), _reader(args[1]))
+    inner = _reader(_optional_of(cls))
+    return lambda data, path: None if data is None else inner(data, path)
 
 
-def _dataclass_from_wire(cls: Any, data: Any, path: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise WireError(f"{path}: expected an object, got {type(data).__name__}")
-    kwargs: dict[str, Any] = {}
-    for name, key, hint, required, optional in _wire_fields(cls):
-        if key not in data:
-            if required:
-                if not optional:
+def _optional_of(cls: Any) -> Any:
+    """X of Optional[X] / X | None (the first type the union names but None)."""
+    return next(a for a in get_args(cls) if a is not type(None))
+
+
+def _primitive_reader(cls: type) -> Reader:
+    if cls not in _KINDS:
+        return functools.partial(_primitive, cls)
+
+    def read(data: Any, path: str) -> Any:
+        return data if data.__class__ is cls else _primitive(cls, data, path)  # exactly cls: nothing to check
+
+    return read
+
+
+def _enum_reader(cls: Any) -> Reader:
+    members = {member.value: member for member in cls}
+
+    def read(data: Any, path: str) -> Any:
+        try:
+            return members[data]  # the lookup Enum(value) makes first
+        except (KeyError, TypeError):
+            pass
+        try:
+            return cls(data)
+        except (ValueError, TypeError):
+            known = ", ".join(str(m.value) for m in cls)
+            raise WireError(f"{path}: {short(data)} is not one of {known}") from None
+
+    return read
+
+
+def _tuple_reader(item: Reader) -> Reader:
+    def read(data: Any, path: str) -> Any:
+        if not isinstance(data, (list, tuple)):
+            raise WireError(f"{path}: expected a list, got {type(data).__name__}")
+        return tuple([item(v, f"{path}[{i}]") for i, v in enumerate(data)])
+
+    return read
+
+
+def _mapping_reader(key: Reader, value: Reader) -> Reader:
+    def read(data: Any, path: str) -> Any:
+        if data.__class__ is not dict and not isinstance(data, Mapping):  # a dict needs no ABC check
+            raise WireError(f"{path}: expected a map, got {type(data).__name__}")
+        return {key(k, f"{path} key"): value(v, f"{path}.{k}") for k, v in data.items()}
+
+    return read
+
+
+_ABSENT = object()
+
+
+def _dataclass_reader(cls: Any) -> Reader:
+    plan: list[tuple[str, str, Reader, bool]] = []  # (name, wire key, reader, None allowed) per wire field
+    missing: dict[str, bool] = {}  # wire key -> whether its absence is an error
+
+    def read(data: Any, path: str) -> Any:
+        if data.__class__ is not dict and not isinstance(data, Mapping):  # a dict needs no ABC check
+            raise WireError(f"{path}: expected an object, got {type(data).__name__}")
+        if not plan:  # built on first use, so a dataclass may name itself among its field types
+            _plan_fields(cls, plan, missing)
+        kwargs: dict[str, Any] = {}
+        for name, key, field_reader, optional in plan:
+            item = data.get(key, _ABSENT)
+            if item is None and optional:  # what the Optional reader would say, one call fewer
+                kwargs[name] = None
+            elif item is not _ABSENT:
+                kwargs[name] = field_reader(item, f"{path}.{key}")
+            elif key in missing:
+                if missing[key]:
                     raise WireError(f"{path}.{key}: missing")
                 kwargs[name] = None  # required but optional (Interface.mac): None was omitted
-            continue
-        kwargs[name] = _from_wire(hint, data[key], f"{path}.{key}")
-    return cls(**kwargs)
+        return cls(**kwargs)
+
+    return read
 
 
-def _enum_from_wire(cls: Any, data: Any, path: str) -> Any:
-    try:
-        return cls(data)
-    except (ValueError, TypeError):
-        known = ", ".join(str(m.value) for m in cls)
-        raise WireError(f"{path}: {short(data)} is not one of {known}") from None
+def _plan_fields(cls: Any, plan: list[tuple[str, str, Reader, bool]], missing: dict[str, bool]) -> None:
+    for name, key, hint, required, optional in _wire_fields(cls):
+        plan.append((name, key, _reader(_optional_of(hint) if optional else hint), optional))
+        if required:
+            missing[key] = not optional
 
 
 def _from_wire(cls: Any, data: Any, path: str = "spec") -> Any:
-    shape, args = _shape(cls)
-    if shape == "primitive":
-        return _primitive(cls, data, path)
-    if shape == "dataclass":
-        return _dataclass_from_wire(cls, data, path)
-    if shape == "enum":
-        return _enum_from_wire(cls, data, path)
-    if shape == "tuple":
-        if not isinstance(data, (list, tuple)):
-            raise WireError(f"{path}: expected a list, got {type(data).__name__}")
-        return tuple(_from_wire(args[0], v, f"{path}[{i}]") for i, v in enumerate(data))
-    if shape == "mapping":
-        if not isinstance(data, Mapping):
-            raise WireError(f"{path}: expected a map, got {type(data).__name__}")
-        return {
-            _from_wire(args[0], k, f"{path} key"): _from_wire(args[1], v, f"{path}.{k}")
-            for k, v in data.items()
-        }
-    return None if data is None else _from_wire(args[0], data, path)
+    return _reader(cls)(data, path)
 
 
 def report_from_spec(spec: Mapping[str, Any]) -> NodeReport:

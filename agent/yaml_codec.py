@@ -20,11 +20,13 @@ parser's own limits (the pure-Python parser recurses; libyaml stops at its own d
 
 from __future__ import annotations
 
+from types import MethodType
 from typing import IO, Any
 
 import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import BaseResolver
 
 SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SafeDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -35,6 +37,7 @@ _SCALARS = frozenset(_CORE + name for name in ("str", "int", "float", "bool", "n
 RESOLVED_KEPT = 4096  # plain scalars whose tag `Loader` remembers (bounded: the text is outside input)
 _MAPPING = "while constructing a mapping"  # SafeConstructor's words, so the error reads the same
 _MERGE_OR_VALUE = frozenset((_CORE + "merge", _CORE + "value"))  # keys SafeConstructor rewrites first
+_NO_PATHS: dict[Any, Any] = {}  # never filled: see Loader
 
 
 class YamlLimitError(yaml.YAMLError, ValueError):
@@ -46,19 +49,36 @@ class _Unusual(Exception):
 
 
 class Loader(SafeLoader):
-    """SafeLoader (libyaml's where there is one) that builds plain documents in one loop."""
+    """SafeLoader (libyaml's where there is one) that builds plain documents in one loop.
+
+    libyaml's composer calls back into Python for every node: `resolve` for its tag and
+    `descend_resolver`/`ascend_resolver` around it. With no path resolver set (PyYAML's way to tag
+    a node by where it sits; none is set here) descending and ascending do nothing and a tag depends
+    on the node's kind and, for a plain scalar, its text alone: so the first two are C callables
+    that do that nothing (two Python calls fewer per node), and `resolve` answers without going
+    through PyYAML's resolver, which it asks only for a plain scalar it has not seen."""
 
     _resolved: dict[str, str] = {}  # plain scalar -> its tag (RESOLVED_KEPT of them, the short ones)
+    descend_resolver = _NO_PATHS.get  # (parent, index) -> index, nothing kept: a builtin, so unbound
+    ascend_resolver = _NO_PATHS.clear  # () -> None on a dict that stays empty
 
-    def resolve(self, kind: Any, value: Any, implicit: tuple[bool, bool]) -> Any:
-        """BaseResolver.resolve, remembered for plain scalars: libyaml's parser asks once per
-        scalar, and the answer (a few regular expressions tried) depends on the text alone while
-        no path resolver is set (none is). Field names and common values repeat in every file."""
-        if kind is not ScalarNode or not implicit[0] or self.yaml_path_resolvers:
-            return super().resolve(kind, value, implicit)
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        if self.yaml_path_resolvers:  # one was added to a PyYAML class: PyYAML's own walk, node by node
+            self.__dict__.update({name: MethodType(getattr(BaseResolver, name), self)
+                                   for name in ("descend_resolver", "ascend_resolver", "resolve")})  # fmt: skip
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """BaseResolver.resolve with no path resolver: a collection's default tag, a quoted
+        scalar's `str`, a plain scalar's tag remembered (a few regular expressions tried once per
+        text; field names and common values repeat in every file)."""
+        if kind is not ScalarNode:
+            return _SEQ if kind is SequenceNode else _MAP
+        if not implicit[0]:
+            return _STR
         tag = self._resolved.get(value)
         if tag is None:
-            tag = super().resolve(kind, value, implicit)
+            tag = BaseResolver.resolve(self, kind, value, implicit)
             if len(value) <= 64 and len(self._resolved) < RESOLVED_KEPT:
                 self._resolved[value] = tag
         return tag

@@ -205,6 +205,7 @@ class ResidentPeak:
 
     def __init__(self) -> None:
         gc.collect()
+        gc.freeze()  # what was alive before (pytest's own objects) is not rescanned by every collection of the run
         _trim_heap()
         try:
             with open("/proc/self/clear_refs", "w") as clear_refs:
@@ -263,17 +264,20 @@ def fuzz(
     names = sorted(mutations)
     slowest: list[tuple[float, int, str]] = []  # (CPU time, index, text) of the slowest untraced inputs
     resident = ResidentPeak()
-    for index in range(count):
-        kind = names[index % len(names)]
-        text = mutations[kind](rng.choice(seeds), rng)
-        what = f"#{index} {kind}"
-        traced = sample.randrange(MEMORY_SHARE) == 0
-        outcome, elapsed, peak = _parse_once(parse, text, traced)
-        resident.after(what)
-        if not traced:
-            _keep_slowest(slowest, (elapsed, index, text))
-        run.record(what, kind, outcome, allowed, elapsed, peak if traced else None, text)
-    run.resident_growth, run.resident_what = resident.growth(), resident.what
+    try:
+        for index in range(count):
+            kind = names[index % len(names)]
+            text = mutations[kind](rng.choice(seeds), rng)
+            what = f"#{index} {kind}"
+            traced = sample.randrange(MEMORY_SHARE) == 0
+            outcome, elapsed, peak = _parse_once(parse, text, traced)
+            resident.after(what)
+            if not traced:
+                _keep_slowest(slowest, (elapsed, index, text))
+            run.record(what, kind, outcome, allowed, elapsed, peak if traced else None, text)
+        run.resident_growth, run.resident_what = resident.growth(), resident.what
+    finally:
+        gc.unfreeze()
     for _, index, text in slowest:
         _, _, peak = _parse_once(parse, text, True)
         run.record_peak(f"#{index} {names[index % len(names)]}", peak)

@@ -207,11 +207,12 @@ def _said(outcome: tuple[object, InputError | WireError | None]) -> tuple[str, s
 
 
 @pytest.fixture
-def ram_path(tmp_path: Path) -> Iterator[Path]:
+def ram_path(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A folder in RAM (/dev/shm) where there is one, else tmp_path: rewriting a file on ext4 forces
-    a flush (auto_da_alloc), milliseconds each: seconds over the 500 inputs read from a file."""
+    a flush (auto_da_alloc), milliseconds each: seconds over the 500 inputs read from a file.
+    (tmp_path only when needed: its first use in a session sweeps old pytest folders.)"""
     if not Path("/dev/shm").is_dir():
-        yield tmp_path
+        yield request.getfixturevalue("tmp_path")
         return
     with tempfile.TemporaryDirectory(dir="/dev/shm") as folder:
         yield Path(folder)

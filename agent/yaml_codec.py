@@ -101,7 +101,8 @@ def _build(loader: Any, root: Node) -> Any:
         following: list[tuple[Any, Any]] = []
         for node, into in level:
             if isinstance(into, list):
-                into.extend([_value(loader, child, following) for child in node.value])
+                into.extend([child.value if child.__class__ is ScalarNode and child.tag == _STR
+                             else _value(loader, child, following) for child in node.value])  # fmt: skip
             else:
                 _fill_mapping(loader, node, into, following)
         level = following
@@ -117,7 +118,10 @@ def _fill_mapping(loader: Any, node: Node, into: dict[Any, Any], following: list
         if not isinstance(key_node, ScalarNode):
             _empty(key_node)  # a collection under an odd tag: SafeConstructor says what
             raise ConstructorError(_MAPPING, node.start_mark, "found unhashable key", key_node.start_mark)
-        into[_scalar(loader, key_node)] = _value(loader, value_node, following)
+        # a plain string read in place (most values are); the value first, then the key, as before
+        value = (value_node.value if value_node.__class__ is ScalarNode and value_node.tag == _STR
+                 else _value(loader, value_node, following))  # fmt: skip
+        into[key_node.value if key_node.tag == _STR else _scalar(loader, key_node)] = value
 
 
 def _value(loader: Any, node: Node, following: list[tuple[Any, Any]]) -> Any:

@@ -130,6 +130,7 @@ class Simulation:
         self.whole = WholeBook(recovery_seconds)
         self.unwhole = 0  # recoveries still open when the replay ended
         self._gangs: dict[str, Gang] = {}
+        self._keys: dict[str, tuple[Resources, int] | None] = {}
 
     def _push(self, at: float, kind: str, payload: Any) -> None:
         heapq.heappush(self.events, (at, next(self.seq), kind, payload))
@@ -200,13 +201,20 @@ class Simulation:
             found = self._gangs[job.name] = gang_of(job)
         return found
 
+    def _shape_key(self, name: str, gang: Gang) -> tuple[Resources, int] | None:
+        """(pod shape, spares asked) of a single-shape gang, kept: a long queue asks at every pass."""
+        if name not in self._keys:
+            homogeneous = bool(gang.pods) and gang.homogeneous
+            self._keys[name] = (gang.pods[0].request, self.book.count(gang)) if homogeneous else None
+        return self._keys[name]
+
     def _try_start(self, job: Job, short: dict[tuple[Resources, int], int] | None = None) -> bool:
         """Starts the job if it fits now. `short`: per (pod shape, spares asked), the fewest pods
         found not to fit during this pass over the queue; capacity only shrinks within a pass, so
         a gang of that shape asking as many or more does not fit either (a long queue costs a few
         checks per shape, not one per gang)."""
         gang = self._gang(job)
-        key = (gang.pods[0].request, self.book.count(gang)) if gang.pods and gang.homogeneous else None
+        key = self._shape_key(job.name, gang)
         if short is not None and key is not None and gang.required >= short.get(key, gang.required + 1):
             self.stats.unfit_skipped += 1
             return False

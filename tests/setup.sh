@@ -3,14 +3,15 @@
 #   1. Debian packages for the real parts (lldpd, prometheus/promtool, iproute2, openssl, ...)
 #   2. a virtualenv in .venv with hypertopo and its test extras, pinned with hashes by
 #      requirements/test.lock (requirements/update.sh regenerates the lock files)
-#   3. the control plane (kube-apiserver, kubectl, etcd), kwok, and Volcano (vc-scheduler,
+#   3. Kubernetes, the suite's release (kube-apiserver, kubectl, kube-scheduler, etcd, and the real
+#      node's kubelet and kube-controller-manager, in one go build) and the oldest supported minor
+#      (kube-apiserver, kubectl: tests/controlplane/compat), kwok, and Volcano (vc-scheduler,
 #      vc-controller-manager and its CRDs), built from the pinned Go modules in tests/controlplane
 #      and cached in ~/.cache/hypertopo (first run only); helm, built the same way; Kueue's, KAI's and
 #      prometheus-operator's CRDs from their Go modules
-#   4. the real node's parts: kubelet, kube-controller-manager and kube-scheduler from the same
-#      pinned Kubernetes modules (tests/realnode/nodebin, cached like the control plane); the
-#      project's image built by podman from the Dockerfile over a local Debian base (tests/image,
-#      the base's root filesystem cached) and the pause image from its C source
+#   4. the real node's images: the project's image built by podman from the Dockerfile over a local
+#      Debian base (tests/image, the base's root filesystem cached) and the pause image from its C
+#      source
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,8 +38,10 @@ echo "setup: installing hypertopo[test] into .venv (pinned, hash-checked: requir
   -r requirements/build.lock -r requirements/test.lock >&2
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >&2
 
-echo "setup: control plane" >&2
+echo "setup: Kubernetes, the suite's release (control plane and the real node's binaries)" >&2
 bash tests/controlplane/build.sh >/dev/null
+echo "setup: Kubernetes, the oldest supported minor (kube-apiserver, kubectl)" >&2
+bash tests/controlplane/build.sh compat >/dev/null
 if [[ -f tests/controlplane/kwok/build_kwok.sh ]]; then
   echo "setup: kwok" >&2
   bash tests/controlplane/kwok/build_kwok.sh >/dev/null
@@ -53,8 +56,6 @@ echo "setup: KAI Scheduler CRDs" >&2
 bash tests/controlplane/kai_crds.sh >/dev/null
 echo "setup: helm" >&2
 bash tests/controlplane/helm/build_helm.sh >/dev/null
-echo "setup: node binaries (kubelet, kube-controller-manager, kube-scheduler)" >&2
-bash tests/realnode/nodebin/build.sh >/dev/null
 echo "setup: images (the Dockerfile's, with podman; pause)" >&2
 if ! { bash tests/image/build.sh >/dev/null && bash tests/image/pause.sh >/dev/null; }; then
   # CI requires it (the real-node tests run the image); elsewhere those tests skip with the reason

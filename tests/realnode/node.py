@@ -90,7 +90,7 @@ class RealNodeCluster(ControlPlane):
             str(self.node_bin / "kube-controller-manager"), f"--kubeconfig={admin}", "--leader-elect=false",
             f"--service-account-private-key-file={self.workdir / 'sa.key'}",
             f"--root-ca-file={self.workdir / 'ca.crt'}", "--bind-address=127.0.0.1",
-            f"--secure-port={_free_port()}", "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+            f"--secure-port={_free_port()}", "--controllers=*,-nodeipam",
             "--v=1",
         ])  # fmt: skip
         self._spawn("kube-scheduler", [
@@ -228,6 +228,7 @@ state = "{node_dir / 'containerd-state'}"
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
             "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False, "enforceNodeAllocatable": [],
+            "failCgroupV1": False,
             "failSwapOn": False, "containerRuntimeEndpoint": f"unix://{sock}",
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},

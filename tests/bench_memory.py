@@ -50,17 +50,18 @@ def node_name(i: int) -> str:
     return f"n{i + 1:06d}"
 
 
-def _report_templates() -> list[str]:
-    """JSON of the NodeTopology of each node position under leaf 0 (8 rails), with placeholders."""
+def _report_templates(per_leaf: int = PER_LEAF) -> list[str]:
+    """JSON of the NodeTopology of each node position under leaf 0 (8 rails), with placeholders;
+    `topology_json` puts `per_leaf` (the number of templates) nodes under each leaf."""
     from agent.cluster_model import parse_model
     from agent.model_probe import report_for
     from agent.report import node_topology_object
 
     switches = {f"spine-r{r}": {"switches": [f"leaf0-r{r}"]} for r in range(RAILS)}
-    blocks = [{"switch": f"leaf0-r{r}", "nodes": [f"n[000001-{PER_LEAF:06d}]"]} for r in range(RAILS)]
+    blocks = [{"switch": f"leaf0-r{r}", "nodes": [f"n[000001-{per_leaf:06d}]"]} for r in range(RAILS)]
     model = parse_model({"switches": switches, "blocks": blocks})
     out = []
-    for p in range(PER_LEAF):
+    for p in range(per_leaf):
         obj = node_topology_object(report_for(model, node_name(p)))
         for d, device in enumerate(obj["spec"].get("rdma", [])):
             for port in device.get("ports", []):
@@ -75,7 +76,7 @@ def _report_templates() -> list[str]:
 
 
 def topology_json(templates: list[str], i: int) -> str:
-    text = templates[i % PER_LEAF].replace("@NODE@", node_name(i)).replace("@LEAF@", f"leaf{i // PER_LEAF}")
+    text = templates[i % len(templates)].replace("@NODE@", node_name(i)).replace("@LEAF@", f"leaf{i // len(templates)}")
     for d in range(RAILS):
         guid = f"{i:08x}{d:08x}"
         text = text.replace(f"@GUID{d}@", ":".join(guid[k:k + 4] for k in range(0, 16, 4)))

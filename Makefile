@@ -32,3 +32,4 @@ bench: setup
 	$(VENV)/bin/python tests/bench_scheduler_events.py
 	$(VENV)/bin/python tests/bench_measure.py
 	$(VENV)/bin/python tests/bench_memory.py --inprocess 5000
+	$(VENV)/bin/python tests/bench_soak.py --nodes 5000 --minutes 10 --kill-leader-at 240 --rollout-at 420

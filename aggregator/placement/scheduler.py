@@ -47,6 +47,7 @@ from agent.command_line import CommandParser
 from aggregator import slim
 from aggregator.placement import (
     degraded,
+    gang_spec,
     hostfile,
     podgroups,
     ranks,
@@ -60,7 +61,7 @@ from aggregator.placement.admission import Admission
 from aggregator.placement.binder import Binder, BindItem, BindOutcome
 from aggregator.placement.breaker import BreakerPolicy
 from aggregator.placement.breaker_control import BreakerControl
-from aggregator.placement.decide import Decision, decide
+from aggregator.placement.decide import Decision, decide_spec
 from aggregator.placement.events import EventRecorder
 from aggregator.placement.eviction import EvictionQueue
 from aggregator.placement.gang_watch import GangWatch
@@ -388,9 +389,11 @@ class Scheduler:
         if last is not None and last[0] == basis and now - last[1] < self.options.resync_seconds:
             return  # it did not fit, and nothing has freed capacity or changed it since
         started = time.perf_counter()
-        decision = decide(self.state, self._topology, view, excluded_domains=excluded_domains,
-                          filter_cache=self._filter_cache, degraded_nodes=self._degraded_nodes,
-                          reserved=self._reserved, default_spares=self._spare_default(view.key[0]))
+        spec = gang_spec.read(view, default_spares=self._spare_default(view.key[0]), jobs=self.state.vc_jobs,
+                              request_of=self.state.request_of)
+        decision = decide_spec(self.state, self._topology, spec, excluded_domains=excluded_domains,
+                               filter_cache=self._filter_cache, degraded_nodes=self._degraded_nodes,
+                               reserved=self._reserved)
         if decision.spares is not None:
             self._keep_spares(view, decision.spares)
         if decision.reclaim and self.breaker.is_open:  # a fault storm: no eviction, these included
@@ -479,26 +482,26 @@ class Scheduler:
             self.events.record(pod, reason="FailedScheduling", message=why)
 
     def _commit(self, decision: Decision) -> None:
-        view = decision.gang
+        gang = decision.gang  # the spec it was decided from
         items = []
-        for pod in view.pending:
+        for pod in gang.pending:
             key = pod_key(pod)
             node = decision.assignments.get(key)
             if node is not None:
                 self.state.assume(key, node)
                 items.append(BindItem(key, str(pod["metadata"].get("uid", "")), node))
-        self._in_flight.add(view.key)
+        self._in_flight.add(gang.key)
         self.metrics.decisions.labels("scheduled").inc()
         placement = decision.placement
-        vc_group = self.state.vc_podgroups.get(view.key) if view.is_volcano else None
+        vc_group = self.state.vc_podgroups.get(gang.key) if gang.is_volcano else None
         if vc_group is not None:
             where = f"{placement.domain} (tier {placement.tier})" if placement else "?"
-            self.status.condition(view.key, vc_group, volcano.SCHEDULED, "tasks in gang are ready to be scheduled",
+            self.status.condition(gang.key, vc_group, volcano.SCHEDULED, "tasks in gang are ready to be scheduled",
                                   f"{len(items)} pods placed in {where}")
-        log.info("gang %s/%s: %d pods -> %s (tier %s, %s leaves)", *view.key, len(items),
+        log.info("gang %s/%s: %d pods -> %s (tier %s, %s leaves)", *gang.key, len(items),
                  placement.domain if placement else "?", placement.tier if placement else "?",
                  placement.leaves if placement else "?")
-        self.binder.submit(view.key, items)
+        self.binder.submit(gang.key, items)
 
     def _unschedulable(self, view: GangView, reason: str) -> None:
         self.metrics.decisions.labels("unschedulable").inc()

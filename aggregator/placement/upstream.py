@@ -81,13 +81,17 @@ def tier_name(key: str) -> str:
 
 def key_problem(podgroup: Mapping[str, Any] | None, topology: Topology) -> str:
     """Why the PodGroup's topology key cannot be honoured ("" when it can, or there is none)."""
-    key = topology_key(podgroup)
+    return unknown_key(topology_key(podgroup), str(((podgroup or {}).get("metadata") or {}).get("name", "")), topology)
+
+
+def unknown_key(key: str, group: str, topology: Topology) -> str:
+    """Why topology key `key` of PodGroup `group` names no tier of `topology` ("" when it names one,
+    or is empty)."""
     if not key or topology.tier_of_name(tier_name(key)) is not None:
         return ""
     shown = key if len(key) <= KEY_SHOWN else key[:KEY_SHOWN] + "..."
     keys = ", ".join(LABEL_PREFIX + n for _, n in sorted(topology.tier_names.items())) or "none (no HyperNodes)"
-    name = str(((podgroup or {}).get("metadata") or {}).get("name", ""))
-    return (f"pod group {name}: schedulingConstraints.topology key {shown!r} is no hypertopo tier; "
+    return (f"pod group {group}: schedulingConstraints.topology key {shown!r} is no hypertopo tier; "
             f"hypertopo-scheduler places by the keys {keys}")
 
 

@@ -74,7 +74,8 @@ class FabricMeasure:
         trains = burst is not None and self.burst_every > 0 and self.rounds % self.burst_every == 0
         for peer, peer_address in self.peers:
             rtts = self.transport.round_trips(peer_address, self.count)
-            m = summarise(peer, rtts, when=self.clock(), transport=self.transport.name)
+            used = getattr(self.transport, "used", self.transport.name)  # RDMA falls back to UDP per peer
+            m = summarise(peer, rtts, when=self.clock(), transport=used)
             if trains and burst is not None:
                 self._train(peer, burst(peer_address, self.burst_count))
             current.append(replace(m, bandwidth_mbps=self.bandwidth.get(peer)))

@@ -1,5 +1,6 @@
 """`hypertopo-agent run --measure-fabric ADDRESS`: the options of the fabric measuring loop and
-the wiring of its parts (responder, UDP transport, the plan row from its own NodeTopology, loop).
+the wiring of its parts (responder, UDP or RDMA transport, the plan row from its own NodeTopology,
+loop).
 
 Why opt-in: measuring sends traffic over the fabric jobs use and opens a UDP port on the fabric
 address. Its cost is bounded (README "Measured fabric": about ten peers, `--measure-count`
@@ -88,6 +89,15 @@ def add_measure_flags(run: argparse.ArgumentParser) -> None:
         help="datagrams of 1,200 bytes in a train (default 32: ~40 KB per peer)",
     )
     group.add_argument(
+        "--measure-transport",
+        choices=("auto", "udp", "rdma"),
+        default="auto",
+        help="auto (default): RDMA with perftest's ib_write_lat/ib_write_bw when the fabric interface is an ACTIVE "
+        "RDMA port and both tools are on PATH, else UDP; rdma: refuse to start without them; udp: always UDP. "
+        "RDMA also answers peers' session requests with one perftest server per request on TCP ports "
+        "--measure-port+1..+4",
+    )
+    group.add_argument(
         "--measure-rate",
         type=_positive,
         default=50.0,
@@ -131,10 +141,12 @@ def start_measuring(
     kube = connect(kubeconfig, timeout=(2.0, 10.0))
     address, named = fabric_address(args.measure_fabric)
     port, interface = args.measure_port, args.measure_interface or named
+    udp = UdpTransport(address, port=port, interface=interface)
+    transport, gate = _transport(args, address, interface or interface_of(address), udp)
     measure = FabricMeasure(
         node=node_name,
         address=address,
-        transport=UdpTransport(address, port=port, interface=interface),
+        transport=transport,
         row_source=lambda: own_row(kube, node_name),  # the aggregator's plan for this node
         count=args.measure_count,
         interval=args.measure_interval,
@@ -142,7 +154,41 @@ def start_measuring(
         burst_count=args.measure_burst_count,
     )
     responder = UdpResponder(
-        address, port=port, allowed=measure.allowed, rate=args.measure_rate, interface=interface
+        address, port=port, allowed=measure.allowed, rate=args.measure_rate, interface=interface, gate=gate
     )
     responder.start()
     return measure, responder
+
+
+def interface_of(address: str, addresses: Mapping[str, Sequence[Any]] | None = None) -> str | None:
+    """The interface that holds `address` (None: none does); `addresses`: psutil.net_if_addrs()."""
+    if addresses is None:
+        import psutil
+
+        addresses = psutil.net_if_addrs()
+    return next((name for name, found in addresses.items() if any(a.address == address for a in found)), None)
+
+
+def _transport(args: argparse.Namespace, address: str, interface: str | None, udp: Any) -> tuple[Any, Any]:
+    """(transport, gate for the responder): RDMA per --measure-transport (agent.measure_transport),
+    else the UDP transport and no gate. ValueError in one line when rdma is asked for and absent."""
+    import logging
+    from pathlib import Path
+
+    from agent.measure_transport import choose, find_endpoint, missing_tools
+
+    endpoint, why_not = (None, "") if args.measure_transport == "udp" else find_endpoint(
+        Path(getattr(args, "sysfs", None) or "/sys"), interface, address
+    )
+    kind, why = choose(args.measure_transport, endpoint, why_not, missing_tools())
+    logging.getLogger(__name__).info("fabric probe transport: %s (%s)", kind, why)
+    if kind != "rdma" or endpoint is None:
+        return udp, None
+    from agent.adapters.rdma_probe import RdmaGate, RdmaTransport, supports_bind
+
+    if args.measure_port + 4 > 65535:
+        raise ValueError(f"--measure-port {args.measure_port}: RDMA needs TCP ports up to 4 above it")
+
+    bind = supports_bind("ib_write_lat")
+    transport = RdmaTransport(endpoint, address, fallback=udp, port=args.measure_port, bind=bind, interface=interface)
+    return transport, RdmaGate(endpoint, address, base_port=args.measure_port + 1, bind=bind).handle

@@ -3,8 +3,8 @@ that times them (agent.probes.fabric_rtt.RttTransport).
 
 Why UDP: it needs no privileges, no RDMA stack and no peer process beyond this agent, and it
 crosses the same switches as a job's traffic when both ends bind the fabric address. It is not
-what an RDMA job sees (no verbs, no GPUDirect); an RDMA transport (perftest's ib_write_lat, or
-verbs) would implement the same interface where a node has it; none is built here.
+what an RDMA job sees (no verbs, no GPUDirect): where a node has RDMA, agent.adapters.rdma_probe
+runs perftest instead, its session requests arriving here (`gate`) past the same checks.
 
 The responder is exposed to the fabric, so it is narrow: bound to one address (and, with root,
 to that interface with SO_BINDTODEVICE), it answers only datagrams of exactly the probe layout
@@ -24,6 +24,8 @@ small as the query, and at most MAX_TRAINS trains are remembered.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import select
@@ -42,6 +44,7 @@ _LAYOUT = struct.Struct("!4sIQ")  # magic, sequence, nonce
 PACKET_SIZE = 64  # padded: a small frame, the size a latency probe is about
 DEFAULT_PORT = 9731
 TRAIN_MAGIC, QUERY_MAGIC, REPORT_MAGIC = b"HTBW", b"HTBQ", b"HTBR"
+SESSION_MAGIC = b"HTRQ"  # an RDMA session request, handed to the gate (agent.adapters.rdma_probe)
 _TRAIN = struct.Struct("!4sQI")  # magic, nonce, sequence
 _QUERY = struct.Struct("!4sQ")  # magic, nonce
 _REPORT = struct.Struct("!4sQIQ")  # magic, nonce, datagrams received, first-to-last nanoseconds
@@ -84,8 +87,10 @@ class UdpResponder:
         burst: float = 20.0,
         interface: str | None = None,
         burst_rate: float = 2000.0,
+        gate: Callable[[bytes, str, Callable[[bytes], None]], None] | None = None,
     ) -> None:
         self.sock = _bind(address, port, interface)
+        self.gate = gate  # RDMA session requests go there, past the same allow-list and bucket
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.allowed = allowed
         self.bucket = TokenBucket(rate, burst)
@@ -120,8 +125,21 @@ class UdpResponder:
             elif len(data) == PACKET_SIZE and data.startswith(MAGIC) and self._acceptable(data, sender[0]):
                 self.sock.sendto(data, sender)
                 self.answered += 1
+            elif (
+                self.gate is not None
+                and len(data) == PACKET_SIZE
+                and data.startswith(SESSION_MAGIC)
+                and self._acceptable(data, sender[0])
+            ):
+                self.gate(data, sender[0], functools.partial(self._send, to=sender))
+                self.answered += 1
             else:
                 self.refused += 1
+
+    def _send(self, data: bytes, *, to: tuple[str, int]) -> None:
+        """A reply from another thread (the gate's); the socket may have closed meanwhile."""
+        with contextlib.suppress(OSError):
+            self.sock.sendto(data, to)
 
     def _train(self, data: bytes, sender: str, arrived: int) -> None:
         if sender not in self.allowed() or not self.trains_bucket.allow(time.monotonic()):

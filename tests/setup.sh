@@ -16,7 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(lldpd prometheus tcpdump ethtool iproute2 openssl procps graphviz
-          podman debootstrap containerd runc containernetworking-plugins iptables gcc libc6-dev)
+          podman debootstrap containerd runc containernetworking-plugins iptables gcc libc6-dev
+          perftest)  # perftest: the measured fabric's RDMA tools, whose real parser checks our command lines
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

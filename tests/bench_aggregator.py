@@ -1,4 +1,4 @@
-"""Aggregator benchmark: prints figures for the README and the issue.
+"""Aggregator benchmark: prints figures for docs/benchmarks.md and the issue.
 
     python tests/bench_aggregator.py [--nodes 10000 100000]
 

@@ -21,7 +21,7 @@ vc-scheduler runs with Volcano's Helm scheduler configuration plus the network-t
 plugin (tests/volcano_live.py), its default 1 s schedule period; hypertopo-scheduler runs as its
 `hypertopo-scheduler run` process. A gang a scheduler does not bind within --timeout is reported
 as timed out, with how many of its pods were bound and the PodGroup's last condition. No target
-for Volcano: the bench reports what it does. Figures go in the README's benchmark table.
+for Volcano: the bench reports what it does. Figures go in docs/benchmarks.md.
 """
 
 from __future__ import annotations

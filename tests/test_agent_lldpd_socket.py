@@ -50,11 +50,11 @@ def rendered(helm: str, *args: str) -> Docs:
 
 
 def readme_overlay() -> tuple[str, str]:
-    """(directory, kustomization text) of the README's lldpd-socket overlay block."""
-    readme = (REPO / "README.md").read_text()
+    """(directory, kustomization text) of docs/install.md's lldpd-socket overlay block."""
+    readme = (REPO / "docs" / "install.md").read_text()
     block = re.search(r"```yaml\n# (\S+)/kustomization\.yaml, next to daemonset/[^\n]*\n"
                       r"((?:(?!```).)*components/lldpd-socket.*?)```", readme, re.S)  # fmt: skip
-    assert block, "README has no overlay block for the lldpd-socket component"
+    assert block, "docs/install.md has no overlay block for the lldpd-socket component"
     return block.group(1), block.group(2)
 
 

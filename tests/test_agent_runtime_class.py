@@ -21,10 +21,10 @@ NS = "hypertopo-system"
 
 
 def readme_overlay() -> tuple[str, str]:
-    """(directory, kustomization text) of the README's runtime-class overlay block."""
-    readme = (REPO / "README.md").read_text()
+    """(directory, kustomization text) of docs/install.md's runtime-class overlay block."""
+    readme = (REPO / "docs" / "install.md").read_text()
     block = re.search(r"```yaml\n# (\S+)/kustomization\.yaml, next to daemonset/[^\n]*\n(.*?)```", readme, re.S)
-    assert block, "README has no overlay block for the NVIDIA runtime class"
+    assert block, "docs/install.md has no overlay block for the NVIDIA runtime class"
     return block.group(1), block.group(2)
 
 

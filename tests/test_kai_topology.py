@@ -170,7 +170,7 @@ def test_kais_crd_refuses_what_the_keeper_never_writes(kai_api: Any, unique: str
 
 @pytest.mark.apiserver
 def test_the_readme_example_is_what_the_keeper_writes_and_kai_takes_it(kai_api: Any) -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "scheduling.md").read_text(encoding="utf-8")
     block = re.search(r"```yaml\n(apiVersion: kai.scheduler/v1alpha1\nkind: Topology\n.*?)```", readme, re.S)
     assert block, "the README shows KAI's Topology"
     assert yaml.safe_load(block.group(1)) == topology_object(levels_of(_hypernodes("fat-tree-3tier.yaml")))

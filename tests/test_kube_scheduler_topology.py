@@ -56,8 +56,8 @@ pytestmark = pytest.mark.apiserver
 
 
 def readme_example() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The PodGroup and the Pod of the README's kube-scheduler example, as written there."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    """The PodGroup and the Pod of the kube-scheduler example in docs/scheduling.md, as written there."""
+    readme = (REPO / "docs" / "scheduling.md").read_text(encoding="utf-8")
     section = readme.split(README_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)
     assert block, f"README: no yaml example under {README_SECTION!r}"

@@ -155,7 +155,7 @@ def test_the_crd_refuses_what_the_keeper_never_writes(kueue_api: Any, unique: st
 
 @pytest.mark.apiserver
 def test_the_readme_resource_flavor_names_the_topology(kueue_api: Any) -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "scheduling.md").read_text(encoding="utf-8")
     block = re.search(r"```yaml\n(apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\n.*?)```", readme, re.S)
     assert block, "the README shows a ResourceFlavor"
     flavor = yaml.safe_load(block.group(1))

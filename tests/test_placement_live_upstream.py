@@ -32,7 +32,7 @@ from realparts import free_port, missing, stop_processes
 from aggregator.placement.adapters import kube
 
 pytestmark = pytest.mark.apiserver
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "scheduling.md"
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,7 @@ def _serves_podgroups(apiserver: ControlPlane) -> None:
 
 
 def readme_example() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The PodGroup and the pod of the README's "Kubernetes PodGroups in hypertopo-scheduler"."""
+    """The PodGroup and the pod of docs/scheduling.md's "Kubernetes PodGroups in hypertopo-scheduler"."""
     text = README.read_text(encoding="utf-8")
     section = text[text.index("### Kubernetes PodGroups in hypertopo-scheduler"):]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)

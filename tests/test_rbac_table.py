@@ -22,8 +22,8 @@ Grant = tuple[str, str, str, str]  # (ServiceAccount, "cluster" or namespace, re
 
 
 def readme_table() -> dict[Grant, bool]:
-    """The README's rows: grant -> whether only node-marks grants it."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    """docs/security.md's rows: grant -> whether only node-marks grants it."""
+    readme = (REPO / "docs" / "security.md").read_text(encoding="utf-8")
     start = readme.index("| ServiceAccount | where | resources | verbs | granted |")
     rows: dict[Grant, bool] = {}
     for line in readme[start:].splitlines()[2:]:

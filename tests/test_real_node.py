@@ -176,11 +176,11 @@ def rollout(cluster: RealNodeCluster, *actions: str) -> None:
 def test_the_readmes_lldpd_overlay_reads_the_nodes_lldpd_and_its_switch_becomes_a_leaf_hypernode(
     cluster: RealNodeCluster, tmp_path: Path
 ) -> None:
-    """The README's lldpd-socket overlay (its GID the node's `_lldpd`) on the kustomize install: the
+    """The lldpd-socket overlay of docs/install.md (its GID the node's `_lldpd`) on the kustomize install: the
     agent, with the shipped securityContext, reads the node's lldpd, which hears the switch stand-in
     `leaf-sw1` on eth1; the aggregator makes that switch a leaf HyperNode, Ready. Two rollouts of the
     agents delete no HyperNode (the same object, its watch sees no DELETED): `kubectl rollout
-    restart`, then the README's overlay for virtual fabric NICs (the node's eth1 is a veth), with
+    restart`, then docs/install.md's overlay for virtual fabric NICs (the node's eth1 is a veth), with
     which the agent hears the switch itself and watches eth1's carrier. Cutting the cable turns the
     leaf Ready=False (LinkFailed), plugging it back Ready=True."""
     name, text = readme_overlay()
@@ -302,7 +302,7 @@ def test_the_readme_uninstall_leaves_nothing_and_the_helm_install_runs_on_the_sa
 ) -> None:
     """After the kustomize install above: the README's Uninstall (the namespace controller of the real
     kube-controller-manager finishing what `kubectl delete -k` waits for), then the Install with Helm
-    (with the README's value for virtual fabric NICs) on the same node: the same pods, and the
+    (with docs/install.md's value for virtual fabric NICs) on the same node: the same pods, and the
     switch's leaf HyperNode again."""
     installed = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", str(REPO / "daemonset")).stdout) if d]
     run_lines(cluster, None, uninstall_lines(helm=False, kueue=False))
@@ -367,7 +367,7 @@ def aggregator_gauge(cluster: RealNodeCluster, name: str) -> list[str]:
 def test_the_readmes_gpu_agents_overlay_runs_the_agent_in_its_namespace_and_the_aggregator_follows_it(
     cluster: RealNodeCluster, tmp_path: Path
 ) -> None:
-    """The README's overlay that moves the agent to `gpu-agents`, installed in place of `kubectl
+    """docs/install.md's overlay that moves the agent to `gpu-agents`, installed in place of `kubectl
     apply -k daemonset/`: the agent Ready there and reporting, no `hypertopo-agent` namespace, and
     the aggregator tracking the agent pod there (no stale agent; it would count one if it looked in
     another namespace or could not read this one). Uninstalled with `kubectl delete -k gpu-agents/`

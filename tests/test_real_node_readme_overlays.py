@@ -20,19 +20,19 @@ AGENT = ("DaemonSet", "hypertopo-agent", "hypertopo-agent")
 
 
 def readme_overlay(name: str) -> str:
-    """The kustomization of the README's overlay block for directory `name`."""
-    readme = (REPO / "README.md").read_text()
+    """The kustomization of docs/install.md's overlay block for directory `name`."""
+    readme = (REPO / "docs" / "install.md").read_text()
     block = re.search(rf"```yaml\n(# {re.escape(name)}/kustomization\.yaml, next to daemonset/[^\n]*\n.*?)```",
                       readme, re.S)  # fmt: skip
-    assert block, f"README has no overlay block for {name}/"
+    assert block, f"docs/install.md has no overlay block for {name}/"
     return block.group(1)
 
 
 def readme_helm_nics_args() -> list[str]:
-    """The Helm arguments the README gives for virtual fabric NICs."""
-    readme = " ".join((REPO / "README.md").read_text().split())
+    """The Helm arguments docs/install.md gives for virtual fabric NICs."""
+    readme = " ".join((REPO / "docs" / "install.md").read_text().split())
     found = re.search(r"virtual links.*?With Helm: `(--set-json '[^`]*')`", readme)
-    assert found, "README gives no Helm value for virtual fabric NICs"
+    assert found, "docs/install.md gives no Helm value for virtual fabric NICs"
     return shlex.split(found.group(1))
 
 

@@ -13,7 +13,7 @@ state (the same fragmentation pods, recreated). Asserted for every case:
   subGroupSize or not at all, within its hard tier; the gang within its hard tier; no node over
   its GPUs (`subgroup_cases.violations`).
 
-One exception, on purpose and in the README: vc-scheduler places a sub-group's pods beyond its
+One exception, on purpose and in docs/scheduling.md: vc-scheduler places a sub-group's pods beyond its
 subGroupSize one at a time after every sub-group has its minimum, each in whatever room its domain
 has left by then, so it can leave a gang unbound that fits (sub-group A's minimum takes half a leaf,
 B's minimum the other half, A's rest has no room). hypertopo places a sub-group whole. A case where

@@ -29,6 +29,7 @@ bench: setup
 	$(VENV)/bin/python tests/bench_aggregator.py
 	$(VENV)/bin/python tests/bench_placement.py
 	$(VENV)/bin/python tests/bench_spares.py
+	$(VENV)/bin/python tests/bench_spares.py --live-decisions
 	$(VENV)/bin/python tests/bench_scheduler_events.py
 	$(VENV)/bin/python tests/bench_measure.py
 	$(VENV)/bin/python tests/bench_memory.py --inprocess 5000

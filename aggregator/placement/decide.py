@@ -20,6 +20,7 @@ from aggregator.placement.gang import Gang, Mode, Placement, Unplaceable
 from aggregator.placement.gang_spec import GangSpec, Limits, spec_name
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.resources import Resources, pod_request
+from aggregator.placement.spare_hold import ReservedSpares
 from aggregator.placement.state import FABRIC_TAINT, ClusterState, PodKey
 from aggregator.placement.topology import Topology
 
@@ -144,13 +145,26 @@ def decide_spec(
     """Places the gang's pending pods on the scheduler's view of free capacity (assumed pods count);
     of equally good placements, one without `degraded_nodes` (`degraded.prefer_healthy`).
     `reserved`: every gang's spares (`spares`): others' are off limits unless the pods are
-    preemptible, the gang's own take its re-placed pods first. Reads nothing of the gang but `spec`."""
+    preemptible, the gang's own take its re-placed pods first. Reads nothing of the gang but `spec`.
+
+    The live scheduler holds every reserved spare out of the free index's aggregates
+    (`spare_hold`); the spares this gang may use (its own; every one for preemptible pods) are
+    counted again for the length of the decision. Others' spares are excluded nodes all the same,
+    for the paths that count node by node."""
     if problem := spec.tree_problem(topology):
         return Decision(spec, {}, None, reason=problem)
-    excluded = filter_nodes(state, spec.pending, filter_cache)
     reserved = reserved or {}
-    _exclude_reserved(excluded, spec, reserved)
-    blocked_nodes = frozenset(excluded)
+    index = state.free_index(topology)
+    with index.revealed(index.held if spec.preemptible else reserved.get(spec.key, ())):
+        return _decide(state, topology, spec, excluded_domains, filter_cache, degraded_nodes, reserved)
+
+
+def _decide(state: ClusterState, topology: Topology, spec: GangSpec, excluded_domains: frozenset[str],
+            filter_cache: dict[Any, dict[str, str]] | None, degraded_nodes: frozenset[str],
+            reserved: spares.Reservations) -> Decision:
+    excluded = filter_nodes(state, spec.pending, filter_cache)
+    others = frozenset() if spec.preemptible else _others(reserved, spec.key)
+    blocked_nodes = frozenset(excluded) | others
     anchors = {k: n for k, n in spec.placed.items() if n not in blocked_nodes and _domain_ok(topology, n, excluded_domains)}
     gang = spec.gang(anchors)
     if spec.invalid:
@@ -189,14 +203,14 @@ def decide_spec(
         return Decision(spec, {by_name[name]: node for name, node in placement.assignments.items()}, placement,
                         warning=ignored_limits(topology, spec), spares=kept)
     message = placement.failure.message if placement.failure else "no node fits"
+    excluded = {**dict.fromkeys(others, "node(s) were reserved as another gang's spares"), **excluded}
     return Decision(spec, {}, placement, reason=_kube_style(len(state.nodes), excluded, message))
 
 
-def _exclude_reserved(excluded: dict[str, str], spec: GangSpec, reserved: spares.Reservations) -> None:
-    """Other gangs' spares are off limits, except to preemptible pods (evicted when needed)."""
-    if not spec.preemptible:
-        for node in spares.others(reserved, spec.key):
-            excluded.setdefault(node, "node(s) were reserved as another gang's spares")
+def _others(reserved: spares.Reservations, gang: PodKey) -> frozenset[str]:
+    """Other gangs' spares: off limits, except to preemptible pods (evicted when needed). The live
+    scheduler's `ReservedSpares` keeps them gathered; a plain mapping is gathered here."""
+    return reserved.others(gang) if isinstance(reserved, ReservedSpares) else spares.others(reserved, gang)
 
 
 def _to_spares(state: ClusterState, topology: Topology, spec: GangSpec, gang: Gang, own: tuple[str, ...],

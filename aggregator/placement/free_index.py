@@ -21,7 +21,14 @@ a bind pays the GPU indexes' upkeep plus a note per request index, however many 
 `FreeIndex` is a `Mapping[str, Resources]` (node -> free), so every caller that took a free-map
 takes it unchanged; `core.place` notices it and reads the aggregates, which give exactly the
 answer the full count gives, and counts the classic way where they cannot (mixed shapes, running
-pods, preferred nodes). Pure.
+pods, preferred nodes).
+
+Held nodes (`hold`): nodes most decisions must not use, such as other gangs' reserved spares,
+count no pod in the aggregates while the mapping still gives their real free resources. A
+decision that excluded them one by one took each out of the aggregates and put it back (hundreds
+of spares: a hundred milliseconds per decision); held, they cost nothing per decision, and the
+one that may use some of them shows those for its length (`revealed`). The callers still name
+them in `excluded_nodes`, so the counting path, which reads the mapping, leaves them out too. Pure.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections import OrderedDict
 from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
 
@@ -185,9 +193,10 @@ class _MinRatio:
 class FreeIndex(Mapping[str, Resources]):
     """Free resources per node for one `Topology`, with the aggregates `core.place` reads."""
 
-    def __init__(self, topology: Topology, free: Mapping[str, Resources]) -> None:
+    def __init__(self, topology: Topology, free: Mapping[str, Resources], held: Iterable[str] = ()) -> None:
         self.topology = topology
         self._free: dict[str, Resources] = dict(free)
+        self._held: set[str] = set(held)  # counted as holding no pod in the aggregates (`hold`)
         # node -> its leaf (or pseudo-leaf), for nodes a placement may use at all (leaf usable)
         self._usable = {n: leaf_key(topology, n) for n in self._free if topology.node_usable(n)}
         self._shapes: dict[int, ShapeIndex] = {}  # GPUs per pod -> the GPU-bound index
@@ -246,17 +255,68 @@ class FreeIndex(Mapping[str, Resources]):
         if free is None:
             del self._usable[node]
         self._track(node, free)
+        if node not in self._held:
+            self._shift(node, leaf, old, free)
+
+    def _shift(self, node: str, leaf: str, before: Resources | None, after: Resources | None) -> None:
+        """The aggregates learn that a usable node's counted resources went from `before` to `after`."""
         for shape in self._shapes.values():
             count = shape.count
-            shape.update(node, leaf, count(old), count(free))
+            shape.update(node, leaf, count(before), count(after))
         too_far = None
         for request, behind in self._behind.items():
             if node not in behind:
-                behind[node] = (leaf, old)
+                behind[node] = (leaf, before)
                 if len(behind) > len(self._usable) // 4 + 64:  # replaying would cost more than a rebuild
                     too_far = [*(too_far or ()), request]
         for request in too_far or ():
             del self._requests[request], self._behind[request]
+
+    def _counted(self, node: str) -> Resources | None:
+        """What the aggregates count for a node: nothing while it is held."""
+        return None if node in self._held else self._free.get(node)
+
+    def hold(self, nodes: Iterable[str]) -> None:
+        """These nodes count no pod in the aggregates until `release` (the mapping still gives their
+        free resources): O(depth x log) per node, once, instead of per decision."""
+        for node in nodes:
+            if node not in self._held:
+                self._held.add(node)
+                if (leaf := self._usable.get(node)) is not None:
+                    self._shift(node, leaf, self._free.get(node), None)
+
+    def release(self, nodes: Iterable[str]) -> None:
+        """Held nodes count again."""
+        for node in nodes:
+            if node in self._held:
+                self._held.discard(node)
+                if (leaf := self._usable.get(node)) is not None:
+                    self._shift(node, leaf, None, self._free.get(node))
+
+    @property
+    def held(self) -> frozenset[str]:
+        return frozenset(self._held)
+
+    def unheld(self, nodes: frozenset[str]) -> frozenset[str]:
+        """`nodes` less the held ones (a set difference, not a loop in Python)."""
+        return nodes - self._held if self._held else nodes
+
+    @contextmanager
+    def revealed(self, nodes: Iterable[str]) -> Iterator[None]:
+        """The held ones of `nodes` counted for the length of one decision (the gang's own spares),
+        held again after it."""
+        shown = [n for n in nodes if n in self._held]
+        self.release(shown)
+        try:
+            yield
+        finally:
+            self.hold(shown)
+
+    def _usable_counted(self) -> Mapping[str, str]:
+        """The usable nodes a new shape index counts (node -> leaf): held ones left out."""
+        if not self._held:
+            return self._usable
+        return {n: leaf for n, leaf in self._usable.items() if n not in self._held}
 
     def _track(self, node: str, free: Resources | None) -> None:
         gpus = free.gpus if free is not None else 0
@@ -281,7 +341,7 @@ class FreeIndex(Mapping[str, Resources]):
         """The aggregates for g-GPU pods, built on first use and kept from then on."""
         found = self._shapes.get(gpus)
         if found is None:
-            found = self._shapes[gpus] = ShapeIndex(self.topology, gpu_count(gpus), self._free, self._usable)
+            found = self._shapes[gpus] = ShapeIndex(self.topology, gpu_count(gpus), self._free, self._usable_counted())
         return found
 
     def request_shape(self, request: Resources) -> ShapeIndex:
@@ -291,12 +351,13 @@ class FreeIndex(Mapping[str, Resources]):
         found = self._requests.get(request)
         if found is not None:
             self._requests.move_to_end(request)
-            behind, count, free = self._behind[request], found.count, self._free
+            behind, count = self._behind[request], found.count
             for node, (leaf, was) in behind.items():
-                found.update(node, leaf, count(was), count(free.get(node)))
+                found.update(node, leaf, count(was), count(self._counted(node)))
             behind.clear()
             return found
-        found = self._requests[request] = ShapeIndex(self.topology, request_count(request), self._free, self._usable)
+        found = self._requests[request] = ShapeIndex(self.topology, request_count(request), self._free,
+                                                     self._usable_counted())
         self._behind[request] = {}
         while len(self._requests) > REQUEST_SHAPES:
             dropped, _ = self._requests.popitem(last=False)

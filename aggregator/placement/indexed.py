@@ -40,9 +40,12 @@ def _shape(index: FreeIndex, gang: Gang) -> ShapeIndex | None:
     return index.shape(request.gpus) if index.gpu_bound(request) else index.request_shape(request)
 
 
-def _excluded(topology: Topology, shape: ShapeIndex, nodes: frozenset[str], domains: frozenset[str]) -> set[str] | None:
-    """Nodes holding a pod that the decision must not use; None when too many to take out."""
-    out = {n for n in nodes if n in shape.node_cap}
+def _excluded(index: FreeIndex, shape: ShapeIndex, nodes: frozenset[str], domains: frozenset[str]) -> set[str] | None:
+    """Nodes holding a pod that the decision must not use; None when too many to take out. Held
+    nodes (`FreeIndex.hold`: other gangs' spares) hold none already, and are set aside in one
+    set difference rather than looked at one by one."""
+    topology = index.topology
+    out = {n for n in index.unheld(nodes) if n in shape.node_cap}
     for domain in domains:
         if shape.domain_cap.get(domain, 0) > 0:
             out.update(n for n in topology.nodes_of(domain) if n in shape.node_cap)
@@ -72,7 +75,7 @@ def place(topology: Topology, index: FreeIndex, gang: Gang, tiers: Iterable[int]
     shape = _shape(index, gang)
     if shape is None:
         return None
-    out = _excluded(topology, shape, excluded_nodes, excluded_domains)
+    out = _excluded(index, shape, excluded_nodes, excluded_domains)
     if out is None:
         return None
     total, required = len(gang.pods), max(1, gang.required)
@@ -89,7 +92,7 @@ def lowest_tier(topology: Topology, index: FreeIndex, gang: Gang, tiers: Iterabl
                 excluded_nodes: frozenset[str], excluded_domains: frozenset[str]) -> tuple[bool, int | None]:
     """(answered, the first of `tiers` with a domain holding `gang.required` pods)."""
     shape = _shape(index, gang)
-    out = None if shape is None else _excluded(topology, shape, excluded_nodes, excluded_domains)
+    out = None if shape is None else _excluded(index, shape, excluded_nodes, excluded_domains)
     if shape is None or out is None:
         return False, None
     required = max(1, gang.required)

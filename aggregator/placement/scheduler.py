@@ -68,6 +68,7 @@ from aggregator.placement.gang_watch import GangWatch
 from aggregator.placement.podgroups import GangView
 from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
 from aggregator.placement.scheduler_metrics import SchedulerMetrics
+from aggregator.placement.spare_hold import ReservedSpares
 from aggregator.placement.state import GROUP_KINDS, ClusterState, PodKey, pod_key
 from aggregator.placement.status_writer import StatusWriter
 from aggregator.service import Service, add_election_arguments, elector_from
@@ -159,10 +160,9 @@ class Scheduler:
         self._restarted: dict[PodKey, float] = {}  # Volcano Job -> when we asked Volcano to restart it
         self._filter_cache: dict[Any, dict[str, str]] = {}
         self._unfit: dict[PodKey, tuple[tuple[Any, ...], float]] = {}  # gang -> (why it did not fit, when)
-        # warm spares (spares.py): what this scheduler decided, and every live gang's, derived again
-        # from the PodGroups' hypertopo.io/spares annotations whenever a PodGroup changed
-        self._fresh_spares: dict[PodKey, tuple[str, ...]] = {}
-        self._reserved: dict[PodKey, tuple[str, ...]] = {}
+        # warm spares (spares.py): every live gang's, held out of the free index (spare_hold.py),
+        # derived again from the PodGroups' hypertopo.io/spares annotations whenever a PodGroup changed
+        self._reserved = ReservedSpares(self.state)
         self._spares_stale = True
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -351,9 +351,7 @@ class Scheduler:
     def _schedule(self, excluded_domains: frozenset[str], now: float) -> None:
         if self._spares_stale:
             self._spares_stale = False
-            groups = {**self.state.podgroups, **self.state.vc_podgroups, **self.state.k8s_podgroups}
-            self._reserved = spares.reservations(groups, self._fresh_spares)
-            self._fresh_spares = {k: v for k, v in self._fresh_spares.items() if k in self._reserved}
+            self._reserved.rebuild({**self.state.podgroups, **self.state.vc_podgroups, **self.state.k8s_podgroups})
         seen = set()
         for view in podgroups.collect(self.state):
             seen.add(view.key)
@@ -423,18 +421,14 @@ class Scheduler:
         (`spares.RESERVED`), so a restarted scheduler keeps the same reservations."""
         if view.podgroup is None:
             return
-        self._fresh_spares[view.key] = nodes
-        if nodes:
-            self._reserved[view.key] = nodes
-        else:
-            self._reserved.pop(view.key, None)
+        self._reserved.keep(view.key, nodes)
         current = ((view.podgroup.get("metadata") or {}).get("annotations") or {}).get(spares.RESERVED)
         if current != (value := spares.annotation(nodes)):
             self.status.annotate(view.flavour, view.key, {spares.RESERVED: value})
 
     def _count_spares(self) -> None:
         """The spare gauges: nodes reserved, those lent to preemptible pods, gangs holding any."""
-        nodes = {n for held in self._reserved.values() for n in held}
+        nodes = self._reserved.nodes
         pods = self.state.pods
         lent = sum(1 for n in nodes if any(spares.is_preemptible(pods.get(k) or {}) for k in self.state.on_node.get(n, ())))
         self.metrics.spares_reserved.set(len(nodes))

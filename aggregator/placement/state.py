@@ -116,6 +116,8 @@ class ClusterState:
     # the placement core's aggregates over `_free` for the current topology, fed by changed nodes
     _aggregates: FreeIndex | None = None
     _index_stale: set[str] = field(default_factory=set)
+    # nodes the aggregates count as holding nothing: every gang's reserved spares (`spare_hold`)
+    _held: set[str] = field(default_factory=set)
 
     # -- informer input -----------------------------------------------------------------------
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
@@ -336,12 +338,25 @@ class ClusterState:
         date with only the nodes whose free capacity changed since the last call (binds, pods
         leaving, node updates), so a decision never copies or scans every node."""
         if self._aggregates is None or self._aggregates.topology is not topology:
-            self._aggregates = FreeIndex(topology, self._free)
+            self._aggregates = FreeIndex(topology, self._free, self._held)
         else:
             for node in self._index_stale:
                 self._aggregates.set(node, self._free.get(node))
         self._index_stale.clear()
         return self._aggregates
+
+    def hold(self, nodes: Iterable[str]) -> None:
+        """Hold nodes out of the free index's aggregates (`FreeIndex.hold`), through its rebuilds."""
+        nodes = [n for n in nodes if n not in self._held]
+        self._held.update(nodes)
+        if self._aggregates is not None:
+            self._aggregates.hold(nodes)
+
+    def release(self, nodes: Iterable[str]) -> None:
+        nodes = [n for n in nodes if n in self._held]
+        self._held.difference_update(nodes)
+        if self._aggregates is not None:
+            self._aggregates.release(nodes)
 
     def podgroup_of(self, key: PodKey, flavour: str) -> dict[str, Any] | None:
         """The PodGroup object of a gang of that flavour, when the informers have seen it."""

@@ -58,6 +58,7 @@ LAT_SIZE = 2  # bytes a ping-pong writes: perftest's own default for latency
 BW_SIZE = 65536  # bytes a bandwidth iteration writes: perftest's default for bandwidth
 MIN_ITERS = 5  # perftest refuses fewer (MIN_ITER)
 MAX_ITERS = {LATENCY: 1001, BANDWIDTH: 1000}  # --measure-count + 1, --measure-burst-count
+LISTEN_WAIT = 5.0  # seconds a server may take to listen (open the device, register memory) before it is killed
 TOOL = {LATENCY: "ib_write_lat", BANDWIDTH: "ib_write_bw"}
 
 
@@ -70,7 +71,9 @@ class ToolRun:
     error: str
 
 
-def run_tool(argv: Sequence[str], timeout: float, *, started: Callable[[], None] | None = None) -> ToolRun:
+def run_tool(
+    argv: Sequence[str], timeout: float, *, started: Callable[[subprocess.Popen[bytes]], None] | None = None
+) -> ToolRun:
     """Runs argv with its output read up to MAX_OUTPUT characters and its time up to `timeout`
     seconds; killed past either. `started` (the gate's) runs once the process exists."""
     try:
@@ -83,7 +86,7 @@ def run_tool(argv: Sequence[str], timeout: float, *, started: Callable[[], None]
     error = f"{argv[0]}: interrupted"  # until read: an exception below leaves no process behind
     try:
         if started is not None:
-            started()
+            started(proc)
         chunks, error = _read_bounded(proc.stdout.fileno(), deadline, argv[0], timeout)
     finally:
         if error:
@@ -216,9 +219,13 @@ class RdmaGate:
         ).start()
 
     def _serve(self, argv: list[str], port: int, nonce: int, sender: str, reply: Callable[[bytes], None]) -> None:
-        def answer_when_listening() -> None:
-            until = time.monotonic() + 2.0
-            while time.monotonic() < until and not self.listening(port):
+        def answer_when_listening(proc: subprocess.Popen[bytes]) -> None:
+            until = time.monotonic() + LISTEN_WAIT
+            while not self.listening(port):
+                if time.monotonic() > until or proc.poll() is not None:
+                    proc.kill()  # never left open unannounced; the prober hears BUSY and retries
+                    reply(_answer(nonce, BUSY, 0))
+                    return
                 time.sleep(0.01)
             reply(_answer(nonce, OK, port))
 
@@ -347,8 +354,8 @@ class RdmaTransport:
             _, answered, status, port = _ANSWER.unpack_from(data)
             if answered != nonce:
                 continue
-            if status == PENDING:  # the gate starts a server and answers once it listens (<= 2 s)
-                deadline = time.perf_counter() + self.timeout + 2.0
+            if status == PENDING:  # the gate starts a server and answers once it listens
+                deadline = time.perf_counter() + self.timeout + LISTEN_WAIT
             elif status == BUSY or (status == OK and 0 < port < 65536):
                 return status, port
         return None

@@ -53,6 +53,7 @@ class MeasureNet:
     extra_ms: dict[str, float] = field(default_factory=dict)  # host -> extra delay on its leaf port
     uplink_mbit: dict[str, float] = field(default_factory=dict)  # leaf -> rate of its uplink (swp49)
     tag: str = field(default_factory=lambda: f"{os.getpid() % 100000}")
+    rdma_hosts: frozenset[str] = frozenset()  # hosts with an RDMA port on fab0 (stand-in: tests/lab/standin_rdma.py)
 
     def ns(self, name: str) -> str:
         return f"htm{self.tag}-{name}"
@@ -149,6 +150,16 @@ class MeasureNet:
             if name.startswith(f"htm{self.tag}-"):
                 subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
+    def _rdma_node(self, host: str, env: dict[str, str]) -> Path:
+        """A RoCE port on the host's fab0 and the perftest stand-in on its PATH; its sysfs root."""
+        from lab.standin_rdma import roce_sysfs, standin_bin
+
+        sysfs = roce_sysfs(self.workdir / f"{host}-sys", netdev="fab0", address=self.address(host))
+        env["PATH"] = f"{standin_bin(self.workdir / 'bin')}:{env.get('PATH', '')}"
+        env["HYPERTOPO_STANDIN_SYSFS"] = str(sysfs)
+        env["HYPERTOPO_STANDIN_LOG"] = str(self.workdir / f"{host}-perftest.txt")
+        return sysfs
+
     # -- a measuring round -------------------------------------------------------------------
     def measure(
         self, count: int, *, settle: float = 4.0, budget: float = 20.0, trains: int = 0
@@ -174,6 +185,8 @@ class MeasureNet:
             argv += ["--out", str(self.workdir / f"{host}.json"), "--count", str(count), "--trains", str(trains)]
             argv += ["--start-at", str(start), "--end-at", str(start + budget)]
             env = {**os.environ, "PYTHONPATH": str(REPO)}
+            if host in self.rdma_hosts:
+                argv += ["--rdma-sysfs", str(self._rdma_node(host, env))]
             procs[host] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = {}
         for host, proc in procs.items():

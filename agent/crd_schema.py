@@ -30,8 +30,9 @@ _DESCRIPTIONS = {
     "interfaces": "Network interfaces from netlink.",
     "lldp": "LLDP neighbours seen on this node's interfaces (the switch port each NIC is cabled to).",
     "measurements": "Measured fabric (opt-in agent flag --measure-fabric): round trips to a few peers chosen by "
-    "the probe plan, p50/p99 in microseconds, loss, when; latched, rewritten only when a figure moves beyond its "
-    "band.",
+    "the probe plan, p50/p99 in microseconds, loss, when, the transport that measured them (udp, or rdma: "
+    "perftest's ib_write_lat, whose half round trips are doubled) and, from the last bandwidth run, Mbit/s; "
+    "latched, rewritten only when a figure moves beyond its band.",
     "probeAddress": "The fabric address this node's probe responder answers on (--measure-fabric); responders "
     "answer only the addresses the NodeTopology objects publish here.",
     "summary": "Counts shown by kubectl get ntopo.",

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from agent.api_error import ApiError
@@ -112,7 +112,7 @@ class MeasureMetrics(Collector):
     def __init__(self, measure: FabricMeasure) -> None:
         self._measure = measure
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         live = list(self._measure.live.values())
         families = (
             ("p50_seconds", "median round trip to a fabric peer, last round", lambda m: m.p50_us / 1e6),
@@ -140,6 +140,13 @@ class MeasureMetrics(Collector):
         for peer, mbps in sorted(self._measure.bandwidth.items()):
             bandwidth.add_metric([peer], mbps * 1e6)
         yield bandwidth
+        failures = getattr(self._measure.transport, "failures", None)
+        if failures is not None:  # the RDMA transport: runs that failed and were measured over UDP instead
+            yield CounterMetricFamily(
+                "hypertopo_fabric_rdma_fallbacks",
+                "RDMA probe runs (perftest) that failed and were measured over UDP instead",
+                value=failures,
+            )
         yield GaugeMetricFamily(
             "hypertopo_fabric_probe_peers",
             "peers in this node's fabric probe plan",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from lab.standin_rdma import roce_sysfs, standin_bin
+from prometheus_client import CollectorRegistry
 from realparts import free_port, require_binary
 
 from agent.adapters.rdma_probe import (
@@ -29,8 +30,8 @@ from agent.adapters.rdma_probe import (
     supports_bind,
 )
 from agent.adapters.udp_probe import UdpResponder, UdpTransport
-from agent.fabric_measure import FabricMeasure
-from agent.measure_cli import _transport
+from agent.fabric_measure import FabricMeasure, MeasureMetrics
+from agent.measure_cli import _transport, interface_of
 from agent.measure_rows import PlanRow
 from agent.measure_transport import RdmaEndpoint, choose, find_endpoint, missing_tools
 
@@ -235,6 +236,9 @@ def test_output_the_parser_refuses_is_one_warning_and_a_udp_measurement(standin:
     finally:
         pair.responder.stop()
     assert (m.transport, m.loss_percent) == ("udp", 0.0) and pair.transport.failures == 1
+    registry = CollectorRegistry()
+    registry.register(MeasureMetrics(pair.measure))
+    assert registry.get_sample_value("hypertopo_fabric_rdma_fallbacks_total") == 1.0
     (warning,) = [r.getMessage() for r in caplog.records if "RDMA probe to" in r.getMessage()]
     assert "\n" not in warning and warning.startswith(f"RDMA probe to {PEER} failed, measured over UDP instead: ")
 
@@ -247,3 +251,8 @@ def test_the_gate_refuses_iterations_perftest_would_refuse_or_the_flags_do_not_a
     for kind, iterations in ((LATENCY, 4), (LATENCY, 1002), (BANDWIDTH, 1001), (7, 10)):
         gate.handle(_REQUEST.pack(REQUEST_MAGIC, 1, kind, iterations).ljust(64, b"\0"), PROBER, replies.append)
     assert gate.refused == 4 and replies == [] and not gate.busy and threading.active_count() >= 1
+
+
+def test_the_fabric_interface_of_an_address_is_the_one_that_holds_it() -> None:
+    assert interface_of("127.0.0.1") == "lo"
+    assert interface_of("192.0.2.77") is None  # TEST-NET-1: on no interface here

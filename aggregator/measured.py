@@ -303,13 +303,54 @@ def _slow_links(tree: Tree, found: Sequence[Pair]) -> list[MeasuredFinding]:
     return findings
 
 
+def by_transport(measured: Mapping[str, Sequence[Measurement]]) -> dict[str, dict[str, list[Measurement]]]:
+    """The rows split by the transport that measured them (each node's first MAX_MEASUREMENTS).
+
+    Why: an RDMA round trip skips both kernels' stacks (a few us) where a UDP one crosses them
+    (tens of us), and an ib_write_bw rate is not a UDP train's. Compared in one profile, UDP rows of
+    a leaf would "measure like the spine" of the RDMA rows: each transport is judged on its own."""
+    out: dict[str, dict[str, list[Measurement]]] = defaultdict(lambda: defaultdict(list))
+    for node, ms in measured.items():
+        for m in ms[:MAX_MEASUREMENTS]:
+            out[m.transport][node].append(m)
+    return out
+
+
+def main_transport(measured: Mapping[str, Sequence[Measurement]]) -> Mapping[str, Sequence[Measurement]]:
+    """The rows of the transport that measured the most pairs (ties: by name), for the figures a
+    domain shows and for leaf inference, which need one scale."""
+    split = by_transport(measured)
+    if len(split) <= 1:
+        return measured
+    best = max(split, key=lambda t: (sum(map(len, split[t].values())), t))
+    return split[best]
+
+
+def _findings(tree: Tree, found: Sequence[Pair], tiers: Mapping[int, int]) -> list[MeasuredFinding]:
+    return [*_slow_in_leaf(found, tiers), *_other_leaf(tree, found, tiers), *_lossy(found), *_slow_links(tree, found)]
+
+
 def fold(domains: Iterable[Domain], measured: Mapping[str, Sequence[Measurement]]) -> Fold:
-    """Per-domain figures, the tier profile and the findings for one set of measurements."""
+    """Per-domain figures, the tier profile and the findings for one set of measurements.
+
+    Rows of different transports (udp, rdma) are never compared with each other: each transport's
+    pairs get their own tier profile and findings (named with the transport); the domains' figures
+    and the profile returned are the main transport's (`main_transport`)."""
     tree = build_tree(domains, order=False)
-    found = pairs(tree, measured)
-    tiers = _tier_profile(found)
-    findings = [*_slow_in_leaf(found, tiers), *_other_leaf(tree, found, tiers), *_lossy(found), *_slow_links(tree, found)]
-    return Fold(_domain_figures(tree, found), tiers, tuple(findings[:MAX_FINDINGS]))
+    split = by_transport(measured)
+    if len(split) <= 1:
+        found = pairs(tree, measured)
+        tiers = _tier_profile(found)
+        return Fold(_domain_figures(tree, found), tiers, tuple(_findings(tree, found, tiers)[:MAX_FINDINGS]))
+    findings: list[MeasuredFinding] = []
+    for transport in sorted(split):
+        found = pairs(tree, split[transport])
+        findings += [
+            MeasuredFinding(f.node, f.kind, f"{f.text} ({transport})")
+            for f in _findings(tree, found, _tier_profile(found))
+        ]
+    main = pairs(tree, main_transport(measured))
+    return Fold(_domain_figures(tree, main), _tier_profile(main), tuple(findings[:MAX_FINDINGS]))
 
 
 @dataclass(frozen=True)
@@ -344,10 +385,11 @@ def _gap_at(values: Sequence[int], cut: float) -> float:
 def infer_leaves(measured: Mapping[str, Sequence[Measurement]], cut_us: float | None = None) -> LeafGuess:
     """Connected components of the leaf-like round trips (union-find, near O(pairs)); leaf-like is
     below the widest gap, or below `cut_us` when given (the tree's leaf tier cut, to check the
-    tree's leaves rather than guess them)."""
+    tree's leaves rather than guess them). One transport's rows only (the main one): a cut between
+    RDMA and UDP round trips is no leaf boundary."""
     answered = [
         (a, m.peer, m.p50_us)
-        for a, ms in measured.items()
+        for a, ms in main_transport(measured).items()
         for m in ms[:MAX_MEASUREMENTS]
         if m.loss_percent < 100
     ]

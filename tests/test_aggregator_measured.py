@@ -126,3 +126,44 @@ def test_rates_within_a_few_times_of_each_other_are_no_finding():
     result = fold(THREE, trains(lambda a, b: 150 if LEAF3[a] == "leaf-a" else 500))  # 0.3 of the others'
     assert [f for f in result.findings if f.kind.startswith("slow-")] == []
     assert fold(THREE, trains(lambda a, b: None)).findings == ()  # no trains sent: nothing said about bandwidth
+
+
+def mixed(rdma_nodes: set[str]):
+    """Rows from nodes in `rdma_nodes` to peers also there are RDMA (2 us in a leaf, 8 across the
+    spine); every other row is UDP (healthy's 10 / 100 us, each ~5x an RDMA one)."""
+
+    def rows() -> dict[str, list[Measurement]]:
+        out = {}
+        for a, probes in plan(DOMAINS).items():
+            out[a] = []
+            for p in probes:
+                if a in rdma_nodes and p.peer in rdma_nodes:
+                    us = 2 if LEAF[a] == LEAF[p.peer] else 8
+                    out[a].append(dataclasses.replace(m(p.peer, us), transport="rdma"))
+                else:
+                    out[a].append(m(p.peer, healthy(a, p.peer)))
+        return out
+
+    return rows()
+
+
+def test_udp_and_rdma_rows_are_never_compared_so_a_mixed_healthy_fabric_has_no_finding():
+    # all but a4 measure each other over RDMA: on one scale (leaf 2 us, spine 8 us: RDMA rows are
+    # the most) a4's UDP rows to its leaf-mates (10 us) "measure like the spine" (6 findings on a4)
+    measured = mixed(set(LEAF) - {"a4"})
+    assert {r.transport for rows in measured.values() for r in rows} == {"udp", "rdma"}
+    result = fold(DOMAINS, measured)
+    assert result.findings == ()
+    guess = infer_leaves(measured)
+    assert all(g <= set(LEAF) and len({LEAF[n] for n in g}) == 1 for g in guess.groups)
+
+
+def test_a_slow_node_is_still_found_within_its_transport_and_the_finding_names_it():
+    measured = mixed({"a1", "a2", "b1", "b2"})
+    for a, rows in measured.items():
+        measured[a] = [
+            dataclasses.replace(r, p50_us=r.p50_us + 90) if "a3" in (a, r.peer) and r.transport == "udp" else r
+            for r in rows
+        ]
+    slow = [f for f in fold(DOMAINS, measured).findings if f.kind == "slow-in-leaf"]
+    assert slow and {f.node for f in slow} == {"a3"} and all(f.text.endswith("(udp)") for f in slow)

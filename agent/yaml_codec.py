@@ -12,6 +12,12 @@ order SafeConstructor takes, so a document gives the same value or the same firs
 does not build (a merge key `<<`, `!!set`, `!!omap`, a collection under an odd tag) sends the whole
 document to SafeConstructor, unchanged.
 
+Before any of that, a document in plain block style (reports and `kubectl -o yaml` output as they
+are written) is read line by line by `yaml_block`, with these same resolver and constructors: for
+a 90-line report a third of libyaml's parse, node objects and loop. Whatever it is not sure of
+(flow collections, double quotes, a scalar over two lines, non-ASCII, any odd indentation) it
+leaves to the path above, so values and errors stay libyaml's and SafeConstructor's.
+
 Aliases are refused (`YamlLimitError`): an alias shares one value many times over, so a 4.6 KB
 report of nested aliases became 232 MiB (20 s) for whoever walks it, and none of the files read
 here (reports, models, node labels, `kubectl -o yaml` output) uses them. So is nesting past the
@@ -24,9 +30,11 @@ from types import MethodType
 from typing import IO, Any
 
 import yaml
-from yaml.constructor import ConstructorError
+from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import BaseResolver
+
+from agent import yaml_block
 
 SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SafeDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -76,18 +84,58 @@ class Loader(SafeLoader):
             return _SEQ if kind is SequenceNode else _MAP
         if not implicit[0]:
             return _STR
-        tag = self._resolved.get(value)
-        if tag is None:
-            tag = BaseResolver.resolve(self, kind, value, implicit)
-            if len(value) <= 64 and len(self._resolved) < RESOLVED_KEPT:
-                self._resolved[value] = tag
-        return tag
+        return _plain_tag(value)
 
     def construct_document(self, node: Node) -> Any:
         try:
             return _build(self, node)
         except _Unusual:
             return super().construct_document(node)
+
+
+_AS_RESOLVER: Any = Loader  # what BaseResolver.resolve reads of a loader here is class attributes
+
+
+def _plain_tag(value: str) -> str:
+    """A plain scalar's tag as BaseResolver finds it with no path resolver (then it reads only
+    the class's implicit resolvers, so the class stands in for a loader), remembered if short."""
+    tag = Loader._resolved.get(value)
+    if tag is None:
+        tag = BaseResolver.resolve(_AS_RESOLVER, ScalarNode, value, (True, False))
+        if len(value) <= 64 and len(Loader._resolved) < RESOLVED_KEPT:
+            Loader._resolved[value] = tag
+    return tag
+
+
+_CONSTRUCTOR = SafeConstructor()  # a core scalar's constructor reads only class attributes of it
+_IMMUTABLE = frozenset(_CORE + name for name in ("int", "float", "bool", "null", "timestamp"))
+_built: dict[str, Any] = {}  # plain scalar -> its (immutable) value (RESOLVED_KEPT of them, the short ones)
+
+
+def _plain_value(text: str) -> Any:
+    """A plain scalar's value as `Loader` builds it (SafeConstructor's constructor for its tag);
+    yaml_block.NOT_PLAIN for a tag outside the core scalars (`<<`, `=`)."""
+    value = _built.get(text, yaml_block.NOT_PLAIN)
+    if value is not yaml_block.NOT_PLAIN:
+        return value
+    tag = _plain_tag(text)
+    if tag == _STR:
+        value = text
+    elif tag in _IMMUTABLE:
+        value = Loader.yaml_constructors[tag](_CONSTRUCTOR, ScalarNode(tag, text))
+    else:
+        return value
+    if len(text) <= 64 and len(_built) < RESOLVED_KEPT and value == value:  # not NaN: each is its own key
+        _built[text] = value
+    return value
+
+
+def _block(text: str | bytes) -> Any:
+    """`text` read by yaml_block where it is plain block YAML (NOT_PLAIN otherwise, or where a
+    path resolver is set: then every node goes through PyYAML's walk)."""
+    if not isinstance(text, str) or Loader.yaml_path_resolvers:
+        return yaml_block.NOT_PLAIN
+    return yaml_block.document(text, _plain_value)
 
 
 def _build(loader: Any, root: Node) -> Any:
@@ -168,6 +216,9 @@ def load(source: str | bytes | IO[str] | IO[bytes]) -> Any:
     """One YAML document (like `yaml.safe_load`), aliases refused."""
     text = _text(source)
     _refuse_aliases(text)
+    value = _block(text)
+    if value is not yaml_block.NOT_PLAIN:
+        return value
     try:
         return yaml.load(text, Loader=Loader)
     except RecursionError:
@@ -180,6 +231,9 @@ def load_all(source: str | bytes | IO[str] | IO[bytes]) -> list[Any]:
     """Every document of a YAML stream (like `yaml.safe_load_all`), read to the end, aliases refused."""
     text = _text(source)
     _refuse_aliases(text)
+    value = _block(text)
+    if value is not yaml_block.NOT_PLAIN:
+        return [value]
     try:
         return list(yaml.load_all(text, Loader=Loader))
     except RecursionError:

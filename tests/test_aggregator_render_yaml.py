@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent import cluster_model, yaml_codec
+from agent import cluster_model, yaml_block, yaml_codec
 from agent.cluster_model import load_model
 from agent.model_probe import report_for
 from agent.report import node_topology_object
@@ -46,7 +46,8 @@ def _render(args: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
 @pytest.fixture
 def yaml_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Names of the PyYAML Loader/Dumper classes every yaml.load/load_all/dump call used (a subclass
-    of the project's, such as yaml_codec.Loader, by the PyYAML class it extends)."""
+    of the project's, such as yaml_codec.Loader, by the PyYAML class it extends), and `yaml_block`
+    for each document yaml_codec read line by line instead (plain block YAML, before libyaml)."""
     calls: list[str] = []
     real_load, real_load_all, real_dump = yaml.load, yaml.load_all, yaml.dump
 
@@ -62,9 +63,18 @@ def yaml_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         calls.append(_pyyaml_class(Dumper))
         return real_dump(data, stream, Dumper=Dumper, **kw)
 
+    real_block = yaml_block.document
+
+    def block(text: str, plain: Any) -> Any:
+        value = real_block(text, plain)
+        if value is not yaml_block.NOT_PLAIN:
+            calls.append("yaml_block")
+        return value
+
     monkeypatch.setattr(yaml, "load", load)
     monkeypatch.setattr(yaml, "load_all", load_all)
     monkeypatch.setattr(yaml, "dump", dump)
+    monkeypatch.setattr(yaml_block, "document", block)
     yield calls
 
 
@@ -78,8 +88,9 @@ def test_render_reads_reports_and_models_and_prints_through_libyaml(
     assert yaml.__with_libyaml__, "PyYAML without libyaml: install a wheel built with it"
     document = _render(["--reports", str(_reports(tmp_path)), "--model", str(MODEL_FILE)], capsys)
     assert document["kind"] == "List" and document["items"]
-    assert set(yaml_calls) == {"CSafeLoader", "CSafeDumper"}
-    assert yaml_calls.count("CSafeLoader") == 12 + 1  # every report file, and the model
+    assert set(yaml_calls) == {"yaml_block", "CSafeLoader", "CSafeDumper"}  # never the pure-Python loader
+    assert yaml_calls.count("yaml_block") == 12  # every report file, read line by line
+    assert yaml_calls.count("CSafeLoader") == 1  # the model (flow style: libyaml's)
 
 
 def test_json_reports_are_read_as_json(

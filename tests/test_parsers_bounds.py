@@ -229,3 +229,46 @@ def test_yaml_built_in_one_loop_is_what_pyyaml_builds_with_the_same_first_error(
         odd = handed(mutated)
     assert odd < len(mutated) // 10, f"{odd} of the mutated documents went to SafeConstructor"
     print(f"\n{len(mutated)} mutated documents read alike, {odd} of them by SafeConstructor")
+
+
+# block YAML's subtle spots: what yaml_block reads must be what libyaml reads; what it is unsure of goes there
+YAML_BLOCK = [
+    "a: b\n  c\n", "- x\n  y", "a:\n- x\n- y\nb: 1", "- a:\n  - x\n  b: 1", "- a:\n- x", "-   a: 1\n    b: 2\n- c",
+    "a: 'it''s'", "a: '#x'", "a: b #c", "# c\na: 1\n   # indented\nb: 2\n\n", "a: 1\na: 2", "1: a\ntrue: b",
+    "a: .nan\nb: .nan", "a: -1\nb: -x\nc: --", "a: -", "a: - x", "a:b: c", "a: b: c", "a: [x]", "a: []\nb: {}",
+    "a:   b", "a: b ", "a:", "a:\nb:", "- ", "-", "- - x", "a: 2001-12-14\n2002-01-01: b", "a: 0o17\nb: 1_000\nc: 0x1F",
+    "a: ~\nb: yes\nc: Off\nd: null\ne: ''\nf: '1'", "a: " + "9" * 5000, "  a: 1", "a:\n    b: 1\n  c: 2",
+    "a: b\r\nc: d", "a: \tb", "--- \na: 1", "a: 1\n...\n", "a: '\n b'", "a: 'x' y", "? a\n: b", "k: v\n- x",
+    "- x\n-y", "a:\n  - x\n  -  y: 1\n     z: 2", 'a: "x"', "a: x'y\nb: x\"y\nc: x,y]\nd: x[y", "a: <<", "a: =",
+    "<<: 1", "a/b.c-d_e: 1\n0: x\n00: y\n1.5: z\nnull: n", "'a'': b': c\n'': d", "a: b\u00e9", "a: 1:30\nb: 1e3",
+    "a: 1\n b: 2", "a:\n  b: 1\n c: 2", "- a\n - b", "a:\n  - b\n   - c", "a: b\n- c", "x", "",
+]  # fmt: skip
+
+
+def test_block_yaml_read_line_by_line_is_what_libyaml_reads() -> None:
+    """yaml_codec reads plain block documents (reports, `kubectl -o yaml`) line by line (speed)
+    and hands libyaml whatever it is unsure of: each document it reads, of odd shapes and 1,500
+    mutated reports and models, has libyaml's value exactly (repr: order and types; libyaml's as
+    yaml_codec.Loader builds it, which the test above holds to PyYAML's), and a seeded share of
+    them is read that way (the comparison is not vacuous)."""
+    import random
+
+    import yaml
+    from fuzz_inputs import YAML_MUTATIONS
+
+    from agent import yaml_block, yaml_codec
+
+    full = [yaml_codec.dump(node_topology_object(report_for(SMALL, node))) for node in SMALL.nodes()[:2]]
+    models = [path.read_text() for path in sorted(MODELS.glob("*.yaml")) if path.stat().st_size < 4000]
+    rng, names = random.Random(22), sorted(YAML_MUTATIONS)
+    mutated = [YAML_MUTATIONS[names[i % len(names)]](rng.choice(full + models), rng) for i in range(1500)]
+    read = 0
+    for text in full + models + YAML_BLOCK + mutated:
+        value = yaml_codec._block(text)
+        if value is yaml_block.NOT_PLAIN:
+            continue
+        read += 1
+        assert repr([value]) == repr(list(yaml.load_all(text, Loader=yaml_codec.Loader))), text[:300]
+    assert read >= 80 and yaml_codec._block(full[0]) is not yaml_block.NOT_PLAIN, read
+    total = len(full + models + YAML_BLOCK + mutated)
+    print(f"\n{read} of {total} documents read line by line, as libyaml reads them")

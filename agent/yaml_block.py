@@ -1,0 +1,160 @@
+"""Block-style YAML as PyYAML and kubectl write it, read line by line without libyaml's node objects.
+
+Reports, node labels and `kubectl -o yaml` output are block YAML of one shape: `key: value` lines,
+`- ` entries, nesting by indentation, plain or single-quoted one-line scalars. Through libyaml,
+each of their ~150 nodes costs a Python Node, two Marks and a resolver call before anything is
+built: ~375 us for a 90-line report, where its lines can be read directly in a third of that.
+
+`document` reads only what it is sure of and answers NOT_PLAIN for anything else (flow
+collections but `[]` and `{}`, double quotes, a scalar running onto a second line, a tag, an
+anchor, a comment after a value, a document marker, tabs, anything outside printable ASCII, any
+indentation it does not expect, a scalar its constructor refuses): the caller then reads the text
+through libyaml, so every error, and every value of a document read here, is libyaml's and
+SafeConstructor's. Plain scalars are resolved and constructed by PyYAML's own resolver and
+constructors (`yaml_codec` hands them in), so `1`, `yes`, `~` and `2024-01-01` are what they are
+there. Nesting deeper than MAX_NESTING also goes to libyaml (which bounds it), so this never
+recurses far.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+NOT_PLAIN: Any = object()  # `document`'s answer for text it leaves to libyaml
+MAX_NESTING = 64  # collections inside collections read here; deeper goes to libyaml
+
+_UNSURE = re.compile("[^\n \"-$'-)+-=?A-_a-{}~]")  # not printable ASCII, or one of !%&*>@`| (never read here)
+_KEY = re.compile(r"(?:([A-Za-z0-9_/][A-Za-z0-9_./-]{0,127})|'((?:[^']|''){0,128})'):(?: +(\S.*))?$")
+_QUOTED = re.compile(r"'((?:[^']|'')*)'$")
+_PLAIN_FIRST = frozenset("-?:,[]{}#&*!|>'\"%@` ")  # a plain scalar cannot start with these (but `-x`)
+
+Scalar = Callable[[str], Any]  # a plain scalar's text -> its value (NOT_PLAIN where not a core scalar)
+
+
+class _Unsure(Exception):
+    """A line `document` leaves to libyaml."""
+
+
+def document(text: str, plain: Scalar) -> Any:
+    """The value of `text`, a one-document block YAML mapping or list, or NOT_PLAIN."""
+    if not text.isascii():
+        return NOT_PLAIN
+    lines = _lines(text)
+    if lines is None or not lines or lines[0][0] != 0:
+        return NOT_PLAIN
+    try:
+        value, end = _Reader(lines, plain).node(0, 0, 0)
+    except (_Unsure, ValueError, TypeError, OverflowError):  # a constructor's refusal: libyaml's words
+        return NOT_PLAIN
+    # the characters checked last, once the lines have been read (a scan of every character costs
+    # as much as reading a report's lines; text that is not plain is mostly found out sooner)
+    return value if end == len(lines) and not _UNSURE.search(text) else NOT_PLAIN
+
+
+def _lines(text: str) -> list[tuple[int, str]] | None:
+    """(indentation, content) of each line with content; None where a line holds a comment
+    after something (`#` elsewhere than at a line's start)."""
+    lines = []
+    for line in text.split("\n"):
+        content = line.lstrip(" ")
+        if not content or content[0] == "#":
+            continue
+        if "#" in content:
+            return None
+        lines.append((len(line) - len(content), content))
+    return lines
+
+
+def _is_entry(content: str) -> bool:
+    return content[0] == "-" and (len(content) == 1 or content[1] == " ")
+
+
+class _Reader:
+    """Reads `lines` from an index: each method returns the value and the index after it."""
+
+    def __init__(self, lines: list[tuple[int, str]], plain: Scalar) -> None:
+        self.lines, self.plain, self.count = lines, plain, len(lines)
+
+    def node(self, at: int, column: int, depth: int) -> tuple[Any, int]:
+        """A mapping or list whose first line `at` is indented by `column`."""
+        if depth > MAX_NESTING:
+            raise _Unsure
+        content = self.lines[at][1]
+        if _is_entry(content):
+            return self.sequence(at, column, depth)
+        return self.mapping(at, column, _KEY.match(content), depth)
+
+    def sequence(self, at: int, column: int, depth: int) -> tuple[list[Any], int]:
+        items: list[Any] = []
+        lines, count = self.lines, self.count
+        while at < count and lines[at][0] == column and _is_entry(lines[at][1]):
+            content = lines[at][1]
+            entry = content[1:].lstrip(" ")
+            if not entry or _is_entry(entry):  # `-` alone, `- - x`: left to libyaml
+                raise _Unsure
+            key = _KEY.match(entry)
+            if key:  # `- key: value`: a mapping at the entry's column
+                value, at = self.mapping(at, column + len(content) - len(entry), key, depth + 1)
+            else:
+                value, at = self.scalar(entry), at + 1
+            items.append(value)
+            if at < count and lines[at][0] > column:  # a scalar going on, or a stray indentation
+                raise _Unsure
+        return items, at
+
+    def mapping(
+        self, at: int, column: int, key: re.Match[str] | None, depth: int
+    ) -> tuple[dict[Any, Any], int]:
+        """The mapping at `column` from line `at`, whose first key `key` has already been matched."""
+        into: dict[Any, Any] = {}
+        lines, count = self.lines, self.count
+        while True:
+            if key is None:
+                raise _Unsure
+            name, quoted, text = key.groups()
+            at += 1
+            if text is not None:
+                value = self.scalar(text)
+            elif at < count and lines[at][0] > column:
+                value, at = self.node(at, lines[at][0], depth + 1)
+            elif at < count and lines[at][0] == column and _is_entry(lines[at][1]):
+                value, at = self.sequence(at, column, depth + 1)  # a list at its key's indentation
+            else:
+                value = None
+            if quoted is None:
+                name = self.plain(name)
+                if name is NOT_PLAIN:
+                    raise _Unsure
+            else:
+                name = quoted.replace("''", "'")
+            into[name] = value
+            if at >= count or lines[at][0] < column:
+                return into, at
+            if lines[at][0] > column or _is_entry(lines[at][1]):
+                raise _Unsure
+            key = _KEY.match(lines[at][1])
+
+    def scalar(self, text: str) -> Any:
+        """A one-line value: `[]`, `{}`, a single-quoted string or a plain scalar."""
+        first = text[0]
+        if first == "'":
+            quoted = _QUOTED.match(text)
+            if quoted is None:
+                raise _Unsure
+            return quoted.group(1).replace("''", "'")
+        if first == "[" or first == "{":
+            if text == "[]":
+                return []
+            if text == "{}":
+                return {}
+            raise _Unsure
+        if (first in _PLAIN_FIRST and not (first == "-" and len(text) > 1 and text[1] != " ")) or (
+            ": " in text or text[-1] == ":" or text[-1] == " "
+        ):
+            raise _Unsure
+        value = self.plain(text)
+        if value is NOT_PLAIN:
+            raise _Unsure
+        return value

@@ -8,6 +8,13 @@
 # - `build` installs the pinned, hash-checked dependencies (requirements/runtime.lock) and the
 #   hypertopo wheel (--no-deps) into the virtualenv /opt/hypertopo. The kubernetes client's asyncio
 #   half (kubernetes/aio, 68 MB), which hypertopo never imports, is left out.
+# - The shipped stage adds Debian's perftest (ib_write_lat, ib_write_bw: the measured fabric's RDMA
+#   transport, --measure-transport) with the verbs libraries it loads at run time: libibverbs1,
+#   librdmacm1 and ibverbs-providers (the user-space drivers: mlx5, rxe, efa, bnxt_re, irdma ...),
+#   ~8 MB in all. Debian's package, not a build, because the adapter's command lines are held to
+#   its parser (tests/test_measure_rdma_probe.py). apt's lists and downloaded .debs are removed in
+#   the layer that fetched them, so no layer holds them.
+#   The tools do nothing unless the pod gets /dev/infiniband (daemonset/components/rdma-measure).
 # The aggregator and scheduler run as UID 65532; the agent's manifest runs it as root with every
 # capability dropped except NET_RAW (raw LLDP sockets), not privileged.
 FROM python:3.11-slim-bookworm AS lldpcli
@@ -54,7 +61,10 @@ FROM python:3.11-slim-bookworm
 COPY --from=lldpcli /out/ /
 COPY --from=build /opt/hypertopo /opt/hypertopo
 ENV PATH=/opt/hypertopo/bin:$PATH
-RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin hypertopo
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends perftest ibverbs-providers libibverbs1 librdmacm1 \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* \
+ && useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin hypertopo
 USER 65532
 EXPOSE 9730 9731 9732
 ENTRYPOINT []

@@ -11,6 +11,8 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from agent.adapters.rdma_probe import BANDWIDTH, LATENCY, perftest_argv
+from agent.measure_transport import RdmaEndpoint
 from realnode.node import built
 from realparts import require_binary, require_root
 
@@ -69,3 +71,27 @@ def test_the_agent_in_the_image_probes_a_fake_hgx_node(rootfs: str) -> None:
     assert (report["kind"], report["spec"]["nodeName"]) == ("NodeTopology", "hgx-1")
     assert report["spec"]["summary"]["gpus"] == 8
     assert len(report["spec"]["nvml"]["gpus"]) == 8
+
+
+@pytest.mark.parametrize("kind", [LATENCY, BANDWIDTH])
+def test_the_images_perftest_loads_its_verbs_libraries_and_parses_the_agents_command_line(
+    rootfs: str, kind: int
+) -> None:
+    """The image's perftest (the measured fabric's RDMA transport) runs as the image's user with the
+    libraries it links (libibverbs, librdmacm, the providers): on the adapter's own command line it
+    gets past the loader and its parser and stops only at finding a device (this host has none)."""
+    argv = perftest_argv(kind, RdmaEndpoint("mlx5_0", 1, 3, "Ethernet"), 21, 9732, bind=None, peer="10.77.0.2")
+    proc = in_image(rootfs, *argv)
+    output = proc.stdout + proc.stderr
+    assert "error while loading shared libraries" not in output and proc.returncode != 127, output
+    assert "Unable to find the Infiniband/RoCE device" in output, output
+    assert "Invalid Command" not in output
+
+
+def test_the_agent_in_the_image_finds_both_perftest_tools_on_its_path(rootfs: str) -> None:
+    """`--measure-transport auto` takes RDMA only with both tools on PATH (agent.measure_transport):
+    in the image that check finds them, so only the pod's devices decide."""
+    proc = in_image(rootfs, "python", "-c",
+                    "from agent.measure_transport import missing_tools; print(missing_tools())")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -24,6 +24,7 @@ at the end differs from a fresh `hypertopo-aggregator render` of the reports the
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import os
 import random
@@ -152,7 +153,8 @@ class Churn(threading.Thread):
                 due += self.interval
             else:
                 self.halt.wait(min(due, self._pending[0][0] if self._pending else due) - now)
-        while self._pending:
+        while self._pending:  # the flaps under way last their whole time
+            time.sleep(max(0.0, self._pending[0][0] - time.monotonic()))
             self._up()
 
 
@@ -249,14 +251,16 @@ class Soak:
             self.replicas.start()  # the Deployment's replacement pod
 
     def _rollout(self) -> None:
-        """Replicas restarted one by one (the standby first, as a rolling update's order is not
-        known): each stopped with SIGTERM, its replacement started and ready before the next."""
+        """A Deployment's rolling update (maxSurge 1, maxUnavailable 0, the readiness probe on
+        /readyz): a new replica started, once ready an old one stopped with SIGTERM (the standby
+        first; the leader releases its Lease), then the next."""
         for name in sorted(self.replicas.alive(), key=lambda n: n == self.replicas.holder()):
             started = time.time()
-            self.replicas.stop(name)
             new = self.replicas.start()
-            self.result.rollout.append(f"{name} -> {new} in {time.time() - started:.1f} s "
-                                       f"(lease holder now {self.replicas.holder() or '-'})")
+            ready = _wait(functools.partial(self.replicas.ready, new), 900, 1.0)
+            self.replicas.stop(name)
+            self.result.rollout.append(f"{new} {'ready' if ready else 'NOT READY'} after {time.time() - started:.1f} s, "
+                                       f"{name} stopped; lease holder now {self.replicas.holder() or '-'}")
 
     def _settle(self) -> None:
         want = fresh_render(self.kube, self.plane.workdir)
@@ -278,7 +282,7 @@ def match_flaps(flaps: list[Flap], log: dict[str, list[Seen]]) -> None:
         tag = f"{flap.node}:"
         flap.down_seen = next((s.t for s in seen if s.t >= flap.down_at and s.ready == "False" and tag in s.message),
                               None)
-        if flap.up_at is not None:
+        if flap.up_at is not None and flap.down_seen is not None:  # a flap never shown has no repair to show
             flap.up_seen = next((s.t for s in seen if s.t >= flap.up_at and tag not in s.message), None)
 
 
@@ -293,13 +297,15 @@ def report(cfg: Config, r: Result, out: Callable[[str], None]) -> None:
     gap = (r.kill_at or 0.0, r.takeover_at or 0.0)
     steady = [s - e for f in r.flaps for e, s in ((f.down_at, f.down_seen), (f.up_at, f.up_seen))
               if e is not None and s is not None and not gap[0] - 10 <= e <= gap[1]]
-    unseen = sum(1 for f in r.flaps for e, s in ((f.down_at, f.down_seen), (f.up_at, f.up_seen)) if s is None)
+    damped = sum(1 for f in r.flaps if f.down_seen is None)
+    unrepaired = sum(1 for f in r.flaps if f.down_seen is not None and f.up_seen is None)
     out(f"churn: {cfg.churn_per_min:g} % of {cfg.nodes} nodes per minute for {cfg.minutes:g} min, flaps of "
         f"{cfg.flap_seconds:g} s: {len(r.flaps)} flaps, {2 * len(r.flaps)} report edits ({r.edit_errors} retried)")
     out(f"HyperNode writes per minute: {r.writes_per_min} (of {r.hypernodes} HyperNodes)")
     out(f"change -> condition: p50 {percentile(lat, 0.5):.2f} s, p95 {percentile(lat, 0.95):.2f} s over "
         f"{len(lat)} edits; away from the failover p50 {percentile(steady, 0.5):.2f} s, p95 "
-        f"{percentile(steady, 0.95):.2f} s; {unseen} edits never shown")
+        f"{percentile(steady, 0.95):.2f} s; {damped} flaps never shown (repaired within the hold-down of a new "
+        f"leader's first sight of them), {unrepaired} shown but their repair never")
     if r.kill_at is not None:
         during = [s for f in r.flaps for e, s in ((f.down_at, f.down_seen), (f.up_at, f.up_seen))
                   if e is not None and gap[0] <= e <= (r.takeover_at or float("inf"))]

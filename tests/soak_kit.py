@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,14 @@ class Replicas:
             return str(self.kube.get(LEASES, LEASE, namespace=NAMESPACE)["spec"].get("holderIdentity") or "")
         except ApiError:
             return ""
+
+    def ready(self, name: str) -> bool:
+        """/readyz answers 200: the replica's informers synced (a Deployment's readiness probe)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.procs[name].port}/readyz", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
 
     def kill(self, name: str) -> None:
         """kill -9: no lease release, the standby waits the lease out."""

@@ -11,10 +11,11 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from agent.adapters.rdma_probe import BANDWIDTH, LATENCY, perftest_argv
-from agent.measure_transport import RdmaEndpoint
 from realnode.node import built
 from realparts import require_binary, require_root
+
+from agent.adapters.rdma_probe import BANDWIDTH, LATENCY, perftest_argv
+from agent.measure_transport import RdmaEndpoint
 
 pytestmark = pytest.mark.timeout(1800)
 COMMANDS = ("hypertopo-agent", "hypertopo-aggregator", "hypertopo-scheduler")

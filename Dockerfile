@@ -1,6 +1,6 @@
 # hypertopo: one image for the agent, the aggregator and the scheduler (the command picks the part).
 #   docker build -t ghcr.io/hypertopo/hypertopo:0.1.0 .
-# Only the last stage ships, and it deletes nothing (no leftover layer):
+# Only the last stage ships, and it deletes nothing an earlier layer holds (no leftover layer):
 # - `lldpcli` builds lldpd's client from Debian's lldpd source (for --lldpd-socket): ~200 kB, libc
 #   only, mode 0755. Debian's binary package would bring ~95 MB (SNMP, Perl, ICU for libxml2), and
 #   its lldpcli is setuid _lldpd, executable only by group adm: root without CAP_DAC_OVERRIDE under
@@ -11,7 +11,7 @@
 # - The shipped stage adds Debian's perftest (ib_write_lat, ib_write_bw: the measured fabric's RDMA
 #   transport, --measure-transport) with the verbs libraries it loads at run time: libibverbs1,
 #   librdmacm1 and ibverbs-providers (the user-space drivers: mlx5, rxe, efa, bnxt_re, irdma ...),
-#   ~8 MB in all. Debian's package, not a build, because the adapter's command lines are held to
+#   7.8 MB in all. Debian's package, not a build, because the adapter's command lines are held to
 #   its parser (tests/test_measure_rdma_probe.py). apt's lists and downloaded .debs are removed in
 #   the layer that fetched them, so no layer holds them.
 #   The tools do nothing unless the pod gets /dev/infiniband (daemonset/components/rdma-measure).

@@ -18,6 +18,14 @@ measured, its tiers are where the two nodes meet in the tree (their lowest commo
   gap in the measured p50s, with how sure it is (the gap ratio and the share of nodes measured),
   for a fabric with no cabling source.
 
+How it stays fast at 10,000 nodes (70,000 pairs, issue 27's benchmark): the rows are read once,
+their p50s grouped by the pair of leaves at their two ends (where two nodes meet in the tree
+depends only on their leaves, so it is worked out once per pair of leaves, a few thousand times,
+not once per row), and the figures come from those groups; no object is made per row. The
+findings look at single rows again only where a group says there is something to find (a leaf
+pair above the leaf cut, a pair between leaves below it), so a healthy fabric costs one pass.
+tests/measured_fold_reference.py keeps the per-pair fold this replaced; tests compare the two.
+
 Pure: reports and the tree in, plain values out; time and I/O belong to the callers.
 """
 
@@ -26,35 +34,21 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from agent.measure_plan import Domain, Tree, build_tree
 from agent.report import MAX_MEASUREMENTS, Measurement
 from aggregator.graph import FabricFault
 
 LOSS_FINDING_PERCENT = 10.0  # two of twenty probes: one lost datagram is noise, not a finding
-SLOW_LINK_RATIO = 0.25  # a domain's trains out of (or into) it at under a quarter of its siblings' median rate:
-# trains through busy hubs and NICs vary by 3x (195 against 540 Mbit/s between two healthy lab leaves)
+# a domain's trains out of (or into) it at under a quarter of its siblings' median rate: trains
+# through busy hubs and NICs vary by 3x (195 against 540 Mbit/s between two healthy lab leaves)
+SLOW_LINK_RATIO = 0.25
 MAX_FINDINGS = 100  # a fabric-wide problem is told by its first hundred pairs, not all
 CAUSE = "latency"
 CAUSES = {"slow-uplink": "bandwidth", "slow-downlink": "bandwidth"}  # by finding kind; else CAUSE
-
-
-@dataclass(frozen=True, slots=True)
-class Pair:
-    """One measured pair, the prober first, with the domain where the two meet."""
-
-    a: str
-    b: str
-    p50_us: int
-    loss_percent: float
-    meet: str  # lowest common domain ("" when the tree does not join them)
-    tier: int  # its tier (0 when not joined)
-    a_child: str = ""  # the child of `meet` each end is in ("" inside one leaf): sibling samples
-    b_child: str = ""
-    mbps: int | None = None  # the bandwidth train's rate, a to b, when one was sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,17 +90,44 @@ class Fold:
         return out
 
 
-def _chains(tree: Tree) -> dict[str, tuple[str, ...]]:
-    """Every node's domains from the root down (computed once: a fold touches each pair's two)."""
-    out = {}
-    for node, leaf in tree.leaf_of.items():
-        chain: list[str] = []
-        here: str | None = leaf
-        while here is not None and here not in chain:
-            chain.append(here)
-            here = tree.parent.get(here)
-        out[node] = tuple(reversed(chain))
-    return out
+Place = tuple[str, int, str, str]  # (where two meet, its tier, the child of it each end is in)
+Row = tuple[str, str, int, float, str | None, str | None]  # (prober, peer, p50, loss, their leaves)
+
+
+class _Places:
+    """Where two leaves meet in the tree: the lowest common domain ("" when the tree does not
+    join them), its tier (0 then) and the child of it each end is in ("" inside one leaf; else the
+    pair is a sibling sample of those two children). Worked out once per pair of leaves, and for
+    two leaves of as deep chains under different parents, as where their parents meet (a few
+    hundred pairs of spines, not tens of thousands of pairs of leaves)."""
+
+    def __init__(self, tree: Tree) -> None:
+        self.tier_of = {name: d.tier for name, d in tree.domains.items()}
+        self.chains: dict[str | None, tuple[str, ...]] = {name: _chain(tree, name) for name in tree.domains}
+        self.known: dict[tuple[str | None, str | None], Place] = {}
+
+    def __call__(self, mine: str | None, theirs: str | None) -> Place:
+        place = self.known.get((mine, theirs))
+        if place is None:
+            place = self.known[mine, theirs] = self._work_out(mine, theirs)
+        return place
+
+    def _work_out(self, mine: str | None, theirs: str | None) -> Place:
+        a, b = self.chains.get(mine, ()), self.chains.get(theirs, ())
+        if len(a) == len(b) > 1 and a[-2] != b[-2]:  # they part above their parents: where those meet
+            return self(a[-2], b[-2])
+        meet, a_child, b_child = _meet(a, b)
+        return meet, self.tier_of[meet] if meet else 0, a_child, b_child
+
+
+def _chain(tree: Tree, name: str) -> tuple[str, ...]:
+    """A domain's chain of domains from the root down to it."""
+    chain: list[str] = []
+    here: str | None = name
+    while here is not None and here not in chain:
+        chain.append(here)
+        here = tree.parent.get(here)
+    return tuple(reversed(chain))
 
 
 def _meet(mine: tuple[str, ...], theirs: tuple[str, ...]) -> tuple[str, str, str]:
@@ -119,55 +140,124 @@ def _meet(mine: tuple[str, ...], theirs: tuple[str, ...]) -> tuple[str, str, str
     return meet, "", ""
 
 
-def pairs(tree: Tree, measured: Mapping[str, Sequence[Measurement]]) -> list[Pair]:
-    """Every answered or lossy measurement as a pair placed in the tree (each node's first
-    MAX_MEASUREMENTS only: reports are outside input)."""
-    chains = _chains(tree)
-    tier_of = {name: d.tier for name, d in tree.domains.items()}
-    leaf_of = tree.leaf_of
-    placed: dict[tuple[str | None, str | None], tuple[str, int, str, str]] = {}  # per pair of leaves
-    out = []
+@dataclass(slots=True)
+class _Rows:
+    """One transport's rows (each node's first MAX_MEASUREMENTS), read once: the p50s of the
+    answered ones (loss under 100 %) grouped by where the two ends meet, and the few rows a
+    finding or a train needs one by one, in the order the reports give them."""
+
+    places: _Places
+    count: int = 0
+    by_place: dict[Place, list[int]] = field(default_factory=dict)
+    # a pair of leaves -> its place's list in by_place (so a row costs two look-ups)
+    by_leaves: dict[str | None, dict[str | None, list[int]]] = field(default_factory=dict)
+    odd: list[tuple[str | None, str | None, int]] = field(default_factory=list)  # loss not a number
+    lossy: list[tuple[str, str, float]] = field(default_factory=list)  # loss >= LOSS_FINDING_PERCENT
+    trains: list[tuple[str | None, str | None, int]] = field(default_factory=list)  # (leaves, Mbit/s)
+
+    def group(self, mine: str | None, theirs: str | None) -> list[int]:
+        """The list a pair of leaves' p50s go into (its place's, shared by all pairs meeting there)."""
+        place = self.places(mine, theirs)
+        into = self.by_place.get(place)
+        if into is None:
+            into = self.by_place[place] = []
+        self.by_leaves.setdefault(mine, {})[theirs] = into
+        return into
+
+
+def _read(
+    places: _Places, leaf_of: Mapping[str, str], measured: Mapping[str, Sequence[Measurement]]
+) -> dict[str, _Rows]:
+    """Every row into its transport's _Rows: the one pass over all rows a fold makes."""
+    split: dict[str, _Rows] = {}
+    rows, inner, transport = _Rows(places), {}, None
     for node, ms in measured.items():
-        mine = chains.get(node, ())
+        mine, transport = leaf_of.get(node), None
         for m in ms[:MAX_MEASUREMENTS]:
-            key = (leaf_of.get(node), leaf_of.get(m.peer))
-            if key not in placed:
-                meet, a_child, b_child = _meet(mine, chains.get(m.peer, ()))
-                placed[key] = (meet, tier_of[meet] if meet else 0, a_child, b_child)
-            meet, tier, a_child, b_child = placed[key]
-            out.append(Pair(node, m.peer, m.p50_us, m.loss_percent, meet, tier, a_child, b_child, m.bandwidth_mbps))
-    return out
+            if m.transport != transport:  # a node's rows are mostly of one transport
+                transport = m.transport
+                rows = split.get(transport) or split.setdefault(transport, _Rows(places))
+                inner = rows.by_leaves.setdefault(mine, {})
+            rows.count += 1
+            theirs, loss = leaf_of.get(m.peer), m.loss_percent
+            if loss < 100:
+                (inner.get(theirs) or rows.group(mine, theirs)).append(m.p50_us)
+            elif loss != loss:  # NaN (a file may say .nan): in the domain figures, as it always was
+                rows.odd.append((mine, theirs, m.p50_us))
+            if loss >= LOSS_FINDING_PERCENT:
+                rows.lossy.append((node, m.peer, loss))
+            if m.bandwidth_mbps:
+                rows.trains.append((mine, theirs, m.bandwidth_mbps))
+    return split
+
+
+def _each(
+    leaf_of: Mapping[str, str], measured: Mapping[str, Sequence[Measurement]], transport: str
+) -> Iterator[Row]:
+    """One transport's rows one by one, in the reports' order: for the findings that need them."""
+    for a, ms in measured.items():
+        mine = leaf_of.get(a)
+        for m in ms[:MAX_MEASUREMENTS]:
+            if m.transport == transport:
+                yield a, m.peer, m.p50_us, m.loss_percent, mine, leaf_of.get(m.peer)
+
+
+class _Replay:
+    """One transport's rows one by one (`_each`), as often as a finding asks."""
+
+    def __init__(
+        self, leaf_of: Mapping[str, str], measured: Mapping[str, Sequence[Measurement]], transport: str
+    ):
+        self.leaf_of, self.measured, self.transport = leaf_of, measured, transport
+
+    def __iter__(self) -> Iterator[Row]:
+        return _each(self.leaf_of, self.measured, self.transport)
+
+
+@dataclass
+class _Judged:
+    """One transport's rows: grouped (`rows`) and one by one (`each`)."""
+
+    tree: Tree
+    rows: _Rows
+    each: Iterable[Row]  # re-iterable
+
+    @property
+    def places(self) -> _Places:
+        return self.rows.places
+
+    def figures(self) -> dict[str, DomainFigures]:
+        inside: dict[str, list[int]] = defaultdict(list)
+        towards: dict[str, list[int]] = defaultdict(list)
+        odd = [(self.places(a, b), [us]) for a, b, us in self.rows.odd]
+        for (meet, _, a_child, b_child), us in [*self.rows.by_place.items(), *odd]:
+            if meet and us:
+                inside[meet] += us
+                if a_child:  # the child of `meet` each end is in has a sibling sample
+                    towards[a_child] += us
+                    towards[b_child] += us
+        return {
+            name: DomainFigures(
+                _median(inside[name]), len(inside[name]), _median(towards[name]), len(towards[name])
+            )
+            for name in self.tree.domains
+            if inside.get(name) or towards.get(name)
+        }
+
+    def tiers(self) -> dict[int, int]:
+        by_tier: dict[int, list[int]] = defaultdict(list)
+        for (_, tier, _, _), us in self.rows.by_place.items():
+            if tier:
+                by_tier[tier] += us
+        return {tier: round(statistics.median(v)) for tier, v in sorted(by_tier.items()) if v}
+
+    def places_where(self, keep: Callable[[int, list[int]], bool]) -> set[Place]:
+        """The places whose group `keep(tier, p50s)` says to look into."""
+        return {place for place, us in self.rows.by_place.items() if us and keep(place[1], us)}
 
 
 def _median(values: Sequence[int]) -> int | None:
     return round(statistics.median(values)) if values else None
-
-
-def _domain_figures(tree: Tree, found: Sequence[Pair]) -> dict[str, DomainFigures]:
-    inside: dict[str, list[int]] = defaultdict(list)
-    towards: dict[str, list[int]] = defaultdict(list)
-    for p in found:
-        if not p.meet or p.loss_percent >= 100:
-            continue
-        inside[p.meet].append(p.p50_us)
-        if p.a_child:  # the child of `meet` each end is in has a sibling sample
-            towards[p.a_child].append(p.p50_us)
-            towards[p.b_child].append(p.p50_us)
-    return {
-        name: DomainFigures(
-            _median(inside[name]), len(inside[name]), _median(towards[name]), len(towards[name])
-        )
-        for name in tree.domains
-        if inside[name] or towards[name]
-    }
-
-
-def _tier_profile(found: Sequence[Pair]) -> dict[int, int]:
-    by_tier: dict[int, list[int]] = defaultdict(list)
-    for p in found:
-        if p.tier and p.loss_percent < 100:
-            by_tier[p.tier].append(p.p50_us)
-    return {tier: round(statistics.median(v)) for tier, v in sorted(by_tier.items())}
 
 
 def _cut(tiers: Mapping[int, int], low: int) -> float | None:
@@ -178,64 +268,84 @@ def _cut(tiers: Mapping[int, int], low: int) -> float | None:
     return math.sqrt(max(tiers[low], 1) * max(tiers[min(above)], 1))
 
 
-def _excess(found: Sequence[Pair], tiers: Mapping[int, int]) -> dict[str, float]:
-    """Per node, the median of its pairs' p50 over their tier's profile: a node behind a slow link
-    or NIC is slow towards everyone (well above 1), its healthy partner only towards it."""
+def _excess(j: _Judged, tiers: Mapping[int, int], nodes: set[str]) -> dict[str, float]:
+    """Per node of `nodes`, the median of its pairs' p50 over their tier's profile: a node behind a
+    slow link or NIC is slow towards everyone (well above 1), its healthy partner only towards it."""
     ratios: dict[str, list[float]] = defaultdict(list)
-    for p in found:
-        if p.tier in tiers and p.loss_percent < 100:
-            ratio = p.p50_us / max(tiers[p.tier], 1)
-            ratios[p.a].append(ratio)
-            ratios[p.b].append(ratio)
-    return {node: statistics.median(r) for node, r in ratios.items()}
+    for a, b, us, loss, mine, theirs in j.each:
+        if loss < 100 and (a in nodes or b in nodes):
+            tier = j.places(mine, theirs)[1]
+            if tier in tiers:
+                ratio = us / max(tiers[tier], 1)
+                ratios[a].append(ratio)
+                ratios[b].append(ratio)
+    return {node: statistics.median(r) for node, r in ratios.items() if node in nodes}
 
 
-def _slow_in_leaf(found: Sequence[Pair], tiers: Mapping[int, int]) -> list[MeasuredFinding]:
+def _slow_in_leaf(j: _Judged, tiers: Mapping[int, int], room: int) -> list[MeasuredFinding]:
+    """Pairs inside one leaf above the leaf cut (the first `room`), each blamed on the end that is
+    slower towards everyone."""
     cut = _cut(tiers, 1)
     if cut is None:
         return []
-    slow = [p for p in found if p.tier == 1 and p.loss_percent < 100 and p.p50_us > cut]
-    excess = _excess(found, tiers) if slow else {}
+    keys = j.places_where(lambda tier, us: tier == 1 and max(us) > cut)
+    if not keys:
+        return []
+    slow = [
+        (a, b, us, mine)
+        for a, b, us, loss, mine, theirs in j.each
+        if loss < 100 and us > cut and j.places(mine, theirs) in keys
+    ]
+    slow = slow[:room]
+    excess = _excess(j, tiers, {end for a, b, _, _ in slow for end in (a, b)})
     up = min((t for t in tiers if t > 1), default=1)
     out = []
-    for p in slow:
-        node = p.a if excess.get(p.a, 0) >= excess.get(p.b, 0) else p.b
+    for a, b, us, leaf in slow:
+        node = a if excess.get(a, 0) >= excess.get(b, 0) else b
         out.append(
             MeasuredFinding(
                 node,
                 "slow-in-leaf",
-                f"{p.a} -> {p.b} in leaf {p.meet}: p50 {p.p50_us} us, like tier {up} ({tiers[up]} us) "
+                f"{a} -> {b} in leaf {leaf}: p50 {us} us, like tier {up} ({tiers[up]} us) "
                 f"rather than the leaf tier ({tiers[1]} us)",
             )
         )
     return out
 
 
-def _per_node_leaf_latency(tree: Tree, found: Sequence[Pair], cut: float) -> dict[str, dict[str, list[int]]]:
+def _per_node_leaf_latency(j: _Judged, cut: float) -> dict[str, dict[str, list[int]]]:
     """Per node, its p50s grouped by the other end's leaf: only for nodes with a leaf-like round
-    trip to another leaf (no other node can measure like another leaf), so a healthy fabric costs
-    one pass over the pairs."""
+    trip to another leaf (no other node can measure like another leaf); none when no group of
+    pairs between leaves has one, so a healthy fabric looks at no row."""
+    keys = j.places_where(lambda tier, us: tier > 1 and min(us) < cut)
+    if not keys:
+        return {}
     suspects = {
-        end for p in found if p.tier > 1 and p.loss_percent < 100 and p.p50_us < cut for end in (p.a, p.b)
+        end
+        for a, b, us, loss, mine, theirs in j.each
+        if loss < 100 and us < cut and j.places(mine, theirs) in keys
+        for end in (a, b)
     }
     by: dict[str, dict[str, list[int]]] = {node: defaultdict(list) for node in suspects}
-    for p in found:
-        if p.loss_percent >= 100 or not (p.a in by or p.b in by):
+    for a, b, us, loss, mine, theirs in j.each:
+        if loss >= 100 or not (a in by or b in by):
             continue
-        for me, other in ((p.a, p.b), (p.b, p.a)):
-            leaf = tree.leaf_of.get(other)
-            if leaf and me in by:
-                by[me][leaf].append(p.p50_us)
+        if theirs and a in by:
+            by[a][theirs].append(us)
+        if mine and b in by:
+            by[b][mine].append(us)
     return by
 
 
-def _other_leaf(tree: Tree, found: Sequence[Pair], tiers: Mapping[int, int]) -> list[MeasuredFinding]:
+def _other_leaf(j: _Judged, tiers: Mapping[int, int], room: int) -> list[MeasuredFinding]:
     cut = _cut(tiers, 1)
     if cut is None:
         return []
-    out = []
-    for node, by_leaf in sorted(_per_node_leaf_latency(tree, found, cut).items()):
-        own = tree.leaf_of.get(node)
+    out: list[MeasuredFinding] = []
+    for node, by_leaf in sorted(_per_node_leaf_latency(j, cut).items()):
+        if len(out) >= room:
+            break
+        own = j.tree.leaf_of.get(node)
         medians = {leaf: statistics.median(v) for leaf, v in by_leaf.items()}
         best = min(medians, key=lambda leaf: (medians[leaf], leaf))
         own_us = medians.get(own) if own else None
@@ -251,23 +361,24 @@ def _other_leaf(tree: Tree, found: Sequence[Pair], tiers: Mapping[int, int]) -> 
     return out
 
 
-def _lossy(found: Sequence[Pair]) -> list[MeasuredFinding]:
+def _lossy(j: _Judged, room: int) -> list[MeasuredFinding]:
     return [
-        MeasuredFinding(p.b, "loss", f"{p.a} -> {p.b}: {p.loss_percent:g} % of probes lost")
-        for p in found
-        if p.loss_percent >= LOSS_FINDING_PERCENT
+        MeasuredFinding(b, "loss", f"{a} -> {b}: {loss:g} % of probes lost")
+        for a, b, loss in j.rows.lossy[:room]
     ]
 
 
-def _rates(found: Sequence[Pair], skip: set[str], into: bool) -> tuple[dict[str, list[int]], dict[str, str]]:
+def _rates(
+    trains: Sequence[tuple[str, str, str, int]], skip: set[str], into: bool
+) -> tuple[dict[str, list[int]], dict[str, str]]:
     """Per domain, the train rates of the sibling pairs leaving it (or entering it, `into`), trains
     from the `skip` domains left out; and each domain's parent."""
     rates: dict[str, list[int]] = defaultdict(list)
     parent: dict[str, str] = {}
-    for p in found:
-        if p.a_child and p.mbps and p.a_child not in skip:
-            rates[p.b_child if into else p.a_child].append(p.mbps)
-            parent[p.a_child] = parent[p.b_child] = p.meet
+    for a_child, b_child, meet, mbps in trains:
+        if a_child not in skip:
+            rates[b_child if into else a_child].append(mbps)
+            parent[a_child] = parent[b_child] = meet
     return rates, parent
 
 
@@ -287,47 +398,60 @@ def _slow_side(rates: Mapping[str, list[int]], parent: Mapping[str, str]) -> dic
     return slow
 
 
-def _slow_links(tree: Tree, found: Sequence[Pair]) -> list[MeasuredFinding]:
+def _slow_links(j: _Judged) -> list[MeasuredFinding]:
     """A domain whose bandwidth trains to its siblings (its uplink) or, apart from trains of slow
     uplinks, from them (its downlink) arrive at under SLOW_LINK_RATIO of its siblings' median:
     every node of it is blamed (the link is the domain's, not one node's), the numbers in the
     text. Between two siblings a slow uplink and a slow downlink of the other are one path; it is
     named as the uplink."""
-    up = _slow_side(*_rates(found, set(), into=False))
-    down = _slow_side(*_rates(found, set(up), into=True))
+    trains = []
+    for mine, theirs, mbps in j.rows.trains:
+        meet, _, a_child, b_child = j.places(mine, theirs)
+        if a_child:
+            trains.append((a_child, b_child, meet, mbps))
+    if not trains:
+        return []
+    up = _slow_side(*_rates(trains, set(), into=False))
+    down = _slow_side(*_rates(trains, set(up), into=True))
     findings = []
     for kind, slow, verb in (("slow-uplink", up, "from it to"), ("slow-downlink", down, "into it from")):
-        for d, (mine, theirs) in sorted(slow.items()):
-            text = f"{d}: bandwidth trains {verb} its siblings at {round(mine)} Mbit/s, theirs at {round(theirs)} Mbit/s"
-            findings += [MeasuredFinding(n, kind, text) for n in tree.nodes.get(d, ())]
+        for d, (mine_mbps, theirs_mbps) in sorted(slow.items()):
+            text = (
+                f"{d}: bandwidth trains {verb} its siblings at {round(mine_mbps)} Mbit/s, "
+                f"theirs at {round(theirs_mbps)} Mbit/s"
+            )
+            findings += [MeasuredFinding(n, kind, text) for n in j.tree.nodes.get(d, ())]
     return findings
 
 
-def by_transport(measured: Mapping[str, Sequence[Measurement]]) -> dict[str, dict[str, list[Measurement]]]:
-    """The rows split by the transport that measured them (each node's first MAX_MEASUREMENTS).
-
-    Why: an RDMA round trip skips both kernels' stacks (a few us) where a UDP one crosses them
-    (tens of us), and an ib_write_bw rate is not a UDP train's. Compared in one profile, UDP rows of
-    a leaf would "measure like the spine" of the RDMA rows: each transport is judged on its own."""
-    out: dict[str, dict[str, list[Measurement]]] = defaultdict(lambda: defaultdict(list))
-    for node, ms in measured.items():
-        for m in ms[:MAX_MEASUREMENTS]:
-            out[m.transport][node].append(m)
+def _findings(j: _Judged, tiers: Mapping[int, int], room: int) -> list[MeasuredFinding]:
+    """The transport's findings in their order (leaf pairs like the spine, nodes like another
+    leaf, lossy pairs, slow links), the first `room` of them: past MAX_FINDINGS none is kept, so
+    none is written out."""
+    out: list[MeasuredFinding] = []
+    for find in (_slow_in_leaf, _other_leaf):
+        if len(out) < room:
+            out += find(j, tiers, room - len(out))
+    if len(out) < room:
+        out += _lossy(j, room - len(out))
+    if len(out) < room:
+        out += _slow_links(j)[: room - len(out)]
     return out
 
 
 def main_transport(measured: Mapping[str, Sequence[Measurement]]) -> Mapping[str, Sequence[Measurement]]:
-    """The rows of the transport that measured the most pairs (ties: by name), for the figures a
-    domain shows and for leaf inference, which need one scale."""
-    split = by_transport(measured)
-    if len(split) <= 1:
+    """The rows of the transport that measured the most pairs (ties: by name; each node's first
+    MAX_MEASUREMENTS), for the figures a domain shows and for leaf inference, which need one scale.
+
+    Why per transport: an RDMA round trip skips both kernels' stacks (a few us) where a UDP one
+    crosses them (tens of us), and an ib_write_bw rate is not a UDP train's. Compared in one
+    profile, UDP rows of a leaf would "measure like the spine" of the RDMA rows."""
+    counts = Counter(m.transport for ms in measured.values() for m in ms[:MAX_MEASUREMENTS])
+    if len(counts) <= 1:
         return measured
-    best = max(split, key=lambda t: (sum(map(len, split[t].values())), t))
-    return split[best]
-
-
-def _findings(tree: Tree, found: Sequence[Pair], tiers: Mapping[int, int]) -> list[MeasuredFinding]:
-    return [*_slow_in_leaf(found, tiers), *_other_leaf(tree, found, tiers), *_lossy(found), *_slow_links(tree, found)]
+    best = max(counts, key=lambda t: (counts[t], t))
+    kept = {node: [m for m in ms[:MAX_MEASUREMENTS] if m.transport == best] for node, ms in measured.items()}
+    return {node: ms for node, ms in kept.items() if ms}
 
 
 def fold(domains: Iterable[Domain], measured: Mapping[str, Sequence[Measurement]]) -> Fold:
@@ -337,20 +461,23 @@ def fold(domains: Iterable[Domain], measured: Mapping[str, Sequence[Measurement]
     pairs get their own tier profile and findings (named with the transport); the domains' figures
     and the profile returned are the main transport's (`main_transport`)."""
     tree = build_tree(domains, order=False)
-    split = by_transport(measured)
-    if len(split) <= 1:
-        found = pairs(tree, measured)
-        tiers = _tier_profile(found)
-        return Fold(_domain_figures(tree, found), tiers, tuple(_findings(tree, found, tiers)[:MAX_FINDINGS]))
+    places = _Places(tree)
+    split = _read(places, tree.leaf_of, measured)
+    judged = {t: _Judged(tree, rows, _Replay(tree.leaf_of, measured, t)) for t, rows in sorted(split.items())}
+    if not judged:
+        return Fold({}, {}, ())
+    if len(judged) == 1:
+        (j,) = judged.values()
+        tiers = j.tiers()
+        return Fold(j.figures(), tiers, tuple(_findings(j, tiers, MAX_FINDINGS)))
     findings: list[MeasuredFinding] = []
-    for transport in sorted(split):
-        found = pairs(tree, split[transport])
+    for transport, j in judged.items():
         findings += [
             MeasuredFinding(f.node, f.kind, f"{f.text} ({transport})")
-            for f in _findings(tree, found, _tier_profile(found))
+            for f in _findings(j, j.tiers(), MAX_FINDINGS - len(findings))
         ]
-    main = pairs(tree, main_transport(measured))
-    return Fold(_domain_figures(tree, main), _tier_profile(main), tuple(findings[:MAX_FINDINGS]))
+    main = judged[max(split, key=lambda t: (split[t].count, t))]
+    return Fold(main.figures(), main.tiers(), tuple(findings))
 
 
 @dataclass(frozen=True)
@@ -366,8 +493,9 @@ class LeafGuess:
 
 
 def _widest_gap(values: Sequence[int]) -> tuple[float, float]:
-    """(cut, ratio) at the widest ratio between consecutive sorted p50s."""
-    ordered = sorted(max(v, 1) for v in values)
+    """(cut, ratio) at the widest ratio between consecutive sorted p50s (each value once: equal
+    neighbours are a ratio of 1, never the widest)."""
+    ordered = sorted({max(v, 1) for v in values})
     best = (float(ordered[-1]) + 1, 1.0)
     for lo, hi in itertools.pairwise(ordered):
         if hi / lo > best[1]:
@@ -382,6 +510,26 @@ def _gap_at(values: Sequence[int], cut: float) -> float:
     return min(above) / max(max(below), 1) if below and above else 1.0
 
 
+def _components(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> tuple[frozenset[str], ...]:
+    """Connected components (union-find with path halving), sorted by their sorted members."""
+    root = {n: n for n in nodes}
+
+    def find(n: str) -> str:
+        while root[n] != n:
+            root[n] = root[root[n]]
+            n = root[n]
+        return n
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            root[ra] = rb
+    groups: dict[str, set[str]] = defaultdict(set)
+    for n in root:
+        groups[find(n)].add(n)
+    return tuple(sorted((frozenset(g) for g in groups.values()), key=lambda g: sorted(g)))
+
+
 def infer_leaves(measured: Mapping[str, Sequence[Measurement]], cut_us: float | None = None) -> LeafGuess:
     """Connected components of the leaf-like round trips (union-find, near O(pairs)); leaf-like is
     below the widest gap, or below `cut_us` when given (the tree's leaf tier cut, to check the
@@ -393,29 +541,14 @@ def infer_leaves(measured: Mapping[str, Sequence[Measurement]], cut_us: float | 
         for m in ms[:MAX_MEASUREMENTS]
         if m.loss_percent < 100
     ]
-    nodes = {a for a in measured} | {b for _, b, _ in answered}
+    nodes = set(measured).union(b for _, b, _ in answered)
     if not answered:
         return LeafGuess(tuple(frozenset({n}) for n in sorted(nodes)), 0.0, 1.0, 0.0)
     values = [us for _, _, us in answered]
     cut, gap = _widest_gap(values) if cut_us is None else (cut_us, _gap_at(values, cut_us))
-    root = {n: n for n in nodes}
-
-    def find(n: str) -> str:
-        while root[n] != n:
-            root[n] = root[root[n]]
-            n = root[n]
-        return n
-
-    linked: set[str] = set()
-    for a, b, us in answered:
-        if us < cut:
-            root[find(a)] = find(b)
-            linked |= {a, b}
-    groups: dict[str, set[str]] = defaultdict(set)
-    for n in nodes:
-        groups[find(n)].add(n)
-    ordered = tuple(sorted((frozenset(g) for g in groups.values()), key=lambda g: sorted(g)))
-    return LeafGuess(ordered, cut, gap, len(linked) / len(nodes))
+    edges = [(a, b) for a, b, us in answered if us < cut]
+    linked = {a for a, _ in edges}.union(b for _, b in edges)
+    return LeafGuess(_components(nodes, edges), cut, gap, len(linked) / len(nodes))
 
 
 def leaf_cut(tiers: Mapping[int, int]) -> float | None:

@@ -175,11 +175,12 @@ def _transport(args: argparse.Namespace, address: str, interface: str | None, ud
     import logging
     from pathlib import Path
 
-    from agent.measure_transport import choose, find_endpoint, missing_tools
+    from agent.measure_transport import choose, find_endpoint, missing_tools, verbs_device_problem
 
-    endpoint, why_not = (None, "") if args.measure_transport == "udp" else find_endpoint(
-        Path(getattr(args, "sysfs", None) or "/sys"), interface, address
-    )
+    sysfs = Path(getattr(args, "sysfs", None) or "/sys")
+    endpoint, why_not = (None, "") if args.measure_transport == "udp" else find_endpoint(sysfs, interface, address)
+    if endpoint is not None and (why_not := verbs_device_problem(sysfs, endpoint.device)):
+        endpoint = None
     kind, why = choose(args.measure_transport, endpoint, why_not, missing_tools())
     logging.getLogger(__name__).info("fabric probe transport: %s (%s)", kind, why)
     if kind != "rdma" or endpoint is None:

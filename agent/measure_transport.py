@@ -13,7 +13,8 @@ silent downgrade. The GID index matters on RoCE: perftest 4.5 uses index 0 when 
 on RoCE is the link-local (fe80) GID that does not route across a layer-3 fabric; the index here is
 that of the interface address's RoCE v2 GID (::ffff:a.b.c.d), else its RoCE v1 one.
 
-Reads sysfs under an injected root; no sockets, no subprocesses.
+Reads sysfs under an injected root and opens (then closes) the verbs device file; no sockets, no
+subprocesses.
 """
 
 from __future__ import annotations
@@ -88,6 +89,28 @@ def find_endpoint(sysfs: Path, interface: str | None, address: str) -> tuple[Rdm
     if index is None:
         return None, f"RoCE port {device.name}/{port.port} has no GID for {address}"
     return RdmaEndpoint(device.name, port.port, index, port.link_layer), ""
+
+
+def verbs_device_problem(sysfs: Path, device: str, dev: Path = Path("/dev")) -> str:
+    """Why this process cannot open the verbs device of an RDMA device ("" when it can, or when
+    sysfs names none: then perftest itself will say).
+
+    Why: sysfs is readable in any container, but perftest needs /dev/infiniband/uverbsN open for
+    reading and writing, which a container has only when the device is mounted and its cgroup
+    allows it (an RDMA device plugin's resource, or the runtime's device rules). Without this
+    check a pod that sees the port in sysfs would choose RDMA, and every peer's gate would fail to
+    start its server, round after round."""
+    verbs = sysfs / "class" / "infiniband_verbs"
+    for name in (list_dir(verbs) or [])[:MAX_GIDS]:
+        if (read_text(verbs / name / "ibdev") or "") != device:
+            continue
+        path = dev / "infiniband" / name
+        try:
+            os.close(os.open(path, os.O_RDWR))
+        except OSError as exc:
+            return f"cannot open {path} for {device} ({exc.strerror}; mount the host's /dev/infiniband and allow the device)"
+        return ""
+    return ""
 
 
 def missing_tools(path: str | None = None) -> list[str]:

@@ -33,7 +33,7 @@ from agent.adapters.udp_probe import UdpResponder, UdpTransport
 from agent.fabric_measure import FabricMeasure, MeasureMetrics
 from agent.measure_cli import _transport, interface_of
 from agent.measure_rows import PlanRow
-from agent.measure_transport import RdmaEndpoint, choose, find_endpoint, missing_tools
+from agent.measure_transport import RdmaEndpoint, choose, find_endpoint, missing_tools, verbs_device_problem
 
 PROBER, PEER = "127.0.0.1", "127.0.0.2"
 ROCE = RdmaEndpoint("rxe0", 1, 3, "Ethernet")
@@ -201,6 +201,7 @@ def test_a_peer_without_a_gate_is_measured_over_udp_and_the_row_says_so(standin:
         pair.responder.stop()
     assert (m.transport, m.loss_percent, m.sent) == ("udp", 0.0, 10) and m.p50_us > 0
     assert pair.ran() == []  # no perftest ran on either side
+    assert pair.transport.failures == 0  # a node without RDMA is no fallback to count
 
 
 def test_a_session_request_from_outside_the_plan_starts_no_server_and_gets_no_answer(standin: Path) -> None:
@@ -223,6 +224,8 @@ def test_a_gate_without_a_free_slot_answers_busy_and_the_prober_measures_over_ud
         pair.responder.stop()
     assert (m.transport, m.loss_percent) == ("udp", 0.0) and pair.ran() == []
     assert pair.responder.answered == 3 + 10  # three BUSY answers (tries), then ten UDP echoes
+    # a gate that answers but never serves is a fallback counted (a peer with no gate is not)
+    assert pair.transport.failures == 1 and "started no server" in pair.transport.last_error
 
 
 def test_output_the_parser_refuses_is_one_warning_and_a_udp_measurement(standin: Path, caplog) -> None:
@@ -256,3 +259,21 @@ def test_the_gate_refuses_iterations_perftest_would_refuse_or_the_flags_do_not_a
 def test_the_fabric_interface_of_an_address_is_the_one_that_holds_it() -> None:
     assert interface_of("127.0.0.1") == "lo"
     assert interface_of("192.0.2.77") is None  # TEST-NET-1: on no interface here
+
+
+def test_a_port_whose_verbs_device_cannot_be_opened_is_measured_over_udp_and_says_why(tmp_path: Path) -> None:
+    # sysfs shows the port in any container; perftest also needs /dev/infiniband/uverbsN
+    sysfs = roce_sysfs(tmp_path / "sys", netdev="fab0", address="10.77.0.1")
+    (sysfs / "class" / "infiniband_verbs" / "uverbs3").mkdir(parents=True)
+    (sysfs / "class" / "infiniband_verbs" / "uverbs3" / "ibdev").write_text("rxe0\n")
+    dev = tmp_path / "dev"
+    why = verbs_device_problem(sysfs, "rxe0", dev)
+    assert why.startswith(f"cannot open {dev}/infiniband/uverbs3 for rxe0 (No such file or directory;")
+    assert "\n" not in why
+    with pytest.raises(ValueError, match=r"^--measure-transport rdma: cannot open "):
+        choose("rdma", None, why, [])
+    assert choose("auto", None, why, [])[0] == "udp"
+    (dev / "infiniband").mkdir(parents=True)
+    (dev / "infiniband" / "uverbs3").write_text("")
+    assert verbs_device_problem(sysfs, "rxe0", dev) == ""
+    assert verbs_device_problem(sysfs, "mlx5_0", dev) == ""  # not this device's: perftest will say

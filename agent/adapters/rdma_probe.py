@@ -303,9 +303,11 @@ class RdmaTransport:
             return None
 
     def _run(self, peer_address: str, kind: int, iterations: int) -> ToolRun | None:
-        port = self._session(peer_address, kind, iterations)
+        port, answered = self._session(peer_address, kind, iterations)
         if port is None:
-            return None
+            if answered:  # a gate is there but never served: its server cannot start, or it is full
+                self._failed(peer_address, f"its RDMA gate answered but started no server in {self.tries} tries")
+            return None  # else no gate there: a peer without RDMA, measured over UDP as it should be
         argv = perftest_argv(kind, self.endpoint, iterations, port, bind=self.bind, peer=peer_address)
         run = run_tool(argv, self.run_timeout)
         if run.error:
@@ -318,21 +320,24 @@ class RdmaTransport:
         self.last_error = error
         log.warning("RDMA probe to %s failed, measured over UDP instead: %s", peer, error)
 
-    def _session(self, peer_address: str, kind: int, iterations: int) -> int | None:
-        """The TCP port of a server the peer started for this run; None when it never answers
-        (no gate there) or stays busy through `tries`."""
+    def _session(self, peer_address: str, kind: int, iterations: int) -> tuple[int | None, bool]:
+        """(the TCP port of a server the peer started for this run, whether a gate answered at
+        all); the port is None when nothing answers (no gate there) or it stays busy through
+        `tries`."""
         nonce = int.from_bytes(os.urandom(8), "big")
         request = _REQUEST.pack(REQUEST_MAGIC, nonce, kind, iterations).ljust(PACKET_SIZE, b"\0")
         sock = _bind(self.address, 0, self.interface)
+        answered = False
         try:
             for attempt in range(self.tries):
                 answer = self._ask(sock, (peer_address, self.port), request, nonce)
                 if answer is None and attempt >= 1:
-                    return None  # twice unanswered: no RDMA gate there
+                    return None, answered  # twice unanswered: no RDMA gate there
                 if answer is not None and answer[0] == OK:
-                    return answer[1]
+                    return answer[1], True
+                answered = answered or answer is not None
                 time.sleep(0.1 * (attempt + 1) + random.uniform(0, 0.1))  # spreads retries
-            return None
+            return None, answered
         finally:
             sock.close()
 

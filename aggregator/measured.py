@@ -37,6 +37,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from agent.measure_plan import Domain, Tree, build_tree
 from agent.report import MAX_MEASUREMENTS, Measurement
@@ -90,6 +91,7 @@ class Fold:
         return out
 
 
+_TRANSPORT = attrgetter("transport")
 Place = tuple[str, int, str, str]  # (where two meet, its tier, the child of it each end is in)
 Row = tuple[str, str, int, float, str | None, str | None]  # (prober, peer, p50, loss, their leaves)
 
@@ -104,6 +106,7 @@ class _Places:
     def __init__(self, tree: Tree) -> None:
         self.tier_of = {name: d.tier for name, d in tree.domains.items()}
         self.chains: dict[str | None, tuple[str, ...]] = {name: _chain(tree, name) for name in tree.domains}
+        self.up = {name: chain[-2] for name, chain in self.chains.items() if len(chain) > 1}  # the parent
         self.known: dict[tuple[str | None, str | None], Place] = {}
 
     def __call__(self, mine: str | None, theirs: str | None) -> Place:
@@ -147,22 +150,47 @@ class _Rows:
     finding or a train needs one by one, in the order the reports give them."""
 
     places: _Places
-    count: int = 0
+    lost: int = 0  # rows with no answer (loss 100 % or not a number)
     by_place: dict[Place, list[int]] = field(default_factory=dict)
-    # a pair of leaves -> its place's list in by_place (so a row costs two look-ups)
+    # routes to by_place's lists, so a row costs a look-up or three: a pair of leaves -> its list,
+    # and for leaves of as deep chains under different parents, the pair of parents -> theirs
     by_leaves: dict[str | None, dict[str | None, list[int]]] = field(default_factory=dict)
+    by_parents: dict[str | None, dict[str | None, list[int]]] = field(default_factory=dict)
     odd: list[tuple[str | None, str | None, int]] = field(default_factory=list)  # loss not a number
     lossy: list[tuple[str, str, float]] = field(default_factory=list)  # loss >= LOSS_FINDING_PERCENT
     trains: list[tuple[str | None, str | None, int]] = field(default_factory=list)  # (leaves, Mbit/s)
 
-    def group(self, mine: str | None, theirs: str | None) -> list[int]:
-        """The list a pair of leaves' p50s go into (its place's, shared by all pairs meeting there)."""
-        place = self.places(mine, theirs)
+    @property
+    def count(self) -> int:
+        return sum(map(len, self.by_place.values())) + self.lost
+
+    def route(self, mine: str | None, theirs: str | None) -> list[int]:
+        """The list a pair of leaves' p50s go into (its place's), remembered for the next row."""
+        chains = self.places.chains
+        a, b = chains.get(mine, ()), chains.get(theirs, ())
+        if len(a) == len(b) > 1 and a[-2] != b[-2]:  # where their parents meet: any leaves under them
+            into = self._list(self.places(a[-2], b[-2]))
+            self.by_parents.setdefault(a[-2], {})[b[-2]] = into
+        else:
+            into = self._list(self.places(mine, theirs))
+            self.by_leaves.setdefault(mine, {})[theirs] = into
+        return into
+
+    def _list(self, place: Place) -> list[int]:
         into = self.by_place.get(place)
         if into is None:
             into = self.by_place[place] = []
-        self.by_leaves.setdefault(mine, {})[theirs] = into
         return into
+
+    def note(self, node: str, m: Measurement, mine: str | None, theirs: str | None) -> None:
+        """A row lossy enough to be a finding, or unanswered."""
+        loss = m.loss_percent
+        if not loss < 100:
+            self.lost += 1
+            if loss != loss:  # NaN (a file may say .nan): in the domain figures, as it always was
+                self.odd.append((mine, theirs, m.p50_us))
+        if loss >= LOSS_FINDING_PERCENT:
+            self.lossy.append((node, m.peer, loss))
 
 
 def _read(
@@ -170,22 +198,23 @@ def _read(
 ) -> dict[str, _Rows]:
     """Every row into its transport's _Rows: the one pass over all rows a fold makes."""
     split: dict[str, _Rows] = {}
-    rows, inner, transport = _Rows(places), {}, None
+    rows, inner, across, transport = _Rows(places), {}, {}, None
+    leaf, up = leaf_of.get, places.up.get
     for node, ms in measured.items():
-        mine, transport = leaf_of.get(node), None
+        mine, transport = leaf(node), None
         for m in ms[:MAX_MEASUREMENTS]:
             if m.transport != transport:  # a node's rows are mostly of one transport
                 transport = m.transport
                 rows = split.get(transport) or split.setdefault(transport, _Rows(places))
                 inner = rows.by_leaves.setdefault(mine, {})
-            rows.count += 1
-            theirs, loss = leaf_of.get(m.peer), m.loss_percent
-            if loss < 100:
-                (inner.get(theirs) or rows.group(mine, theirs)).append(m.p50_us)
-            elif loss != loss:  # NaN (a file may say .nan): in the domain figures, as it always was
-                rows.odd.append((mine, theirs, m.p50_us))
-            if loss >= LOSS_FINDING_PERCENT:
-                rows.lossy.append((node, m.peer, loss))
+                across = rows.by_parents.setdefault(up(mine), {})
+            theirs = leaf(m.peer)
+            if m.loss_percent < LOSS_FINDING_PERCENT:
+                (inner.get(theirs) or across.get(up(theirs)) or rows.route(mine, theirs)).append(m.p50_us)
+            else:
+                rows.note(node, m, mine, theirs)
+                if m.loss_percent < 100:
+                    (inner.get(theirs) or across.get(up(theirs)) or rows.route(mine, theirs)).append(m.p50_us)
             if m.bandwidth_mbps:
                 rows.trains.append((mine, theirs, m.bandwidth_mbps))
     return split
@@ -446,7 +475,9 @@ def main_transport(measured: Mapping[str, Sequence[Measurement]]) -> Mapping[str
     Why per transport: an RDMA round trip skips both kernels' stacks (a few us) where a UDP one
     crosses them (tens of us), and an ib_write_bw rate is not a UDP train's. Compared in one
     profile, UDP rows of a leaf would "measure like the spine" of the RDMA rows."""
-    counts = Counter(m.transport for ms in measured.values() for m in ms[:MAX_MEASUREMENTS])
+    counts: Counter[str] = Counter()
+    for ms in measured.values():
+        counts.update(map(_TRANSPORT, ms[:MAX_MEASUREMENTS]))
     if len(counts) <= 1:
         return measured
     best = max(counts, key=lambda t: (counts[t], t))
@@ -503,15 +534,17 @@ def _widest_gap(values: Sequence[int]) -> tuple[float, float]:
     return best
 
 
-def _gap_at(values: Sequence[int], cut: float) -> float:
+def _gap_at(values: Iterable[int], cut: float) -> float:
     """How far apart the round trips either side of a given cut are (a ratio; 1 when one side is empty)."""
+    values = set(values)  # a few hundred distinct p50s among tens of thousands
     below = [v for v in values if v < cut]
     above = [v for v in values if v >= cut]
     return min(above) / max(max(below), 1) if below and above else 1.0
 
 
-def _components(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> tuple[frozenset[str], ...]:
-    """Connected components (union-find with path halving), sorted by their sorted members."""
+def _components(nodes: set[str], linked: Mapping[str, list[str]]) -> tuple[frozenset[str], ...]:
+    """Connected components of `nodes` joined by `linked` (node -> the peers it is joined to):
+    union-find with path halving, sorted by their sorted members."""
     root = {n: n for n in nodes}
 
     def find(n: str) -> str:
@@ -520,10 +553,12 @@ def _components(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> tuple
             n = root[n]
         return n
 
-    for a, b in edges:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            root[ra] = rb
+    for a, peers in linked.items():
+        ra = find(a)  # stays a root: only the peers' roots are moved under it
+        for b in peers:
+            rb = find(b)
+            if rb != ra:
+                root[rb] = ra
     groups: dict[str, set[str]] = defaultdict(set)
     for n in root:
         groups[find(n)].add(n)
@@ -535,20 +570,20 @@ def infer_leaves(measured: Mapping[str, Sequence[Measurement]], cut_us: float | 
     below the widest gap, or below `cut_us` when given (the tree's leaf tier cut, to check the
     tree's leaves rather than guess them). One transport's rows only (the main one): a cut between
     RDMA and UDP round trips is no leaf boundary."""
-    answered = [
-        (a, m.peer, m.p50_us)
+    answered = {
+        a: [(m.peer, m.p50_us) for m in ms[:MAX_MEASUREMENTS] if m.loss_percent < 100]
         for a, ms in main_transport(measured).items()
-        for m in ms[:MAX_MEASUREMENTS]
-        if m.loss_percent < 100
-    ]
-    nodes = set(measured).union(b for _, b, _ in answered)
-    if not answered:
+    }
+    nodes = set(measured)
+    for rows in answered.values():
+        nodes.update([b for b, _ in rows])
+    values = [us for rows in answered.values() for _, us in rows]
+    if not values:
         return LeafGuess(tuple(frozenset({n}) for n in sorted(nodes)), 0.0, 1.0, 0.0)
-    values = [us for _, _, us in answered]
     cut, gap = _widest_gap(values) if cut_us is None else (cut_us, _gap_at(values, cut_us))
-    edges = [(a, b) for a, b, us in answered if us < cut]
-    linked = {a for a, _ in edges}.union(b for _, b in edges)
-    return LeafGuess(_components(nodes, edges), cut, gap, len(linked) / len(nodes))
+    joined = {a: [b for b, us in rows if us < cut] for a, rows in answered.items()}
+    linked = {a for a, peers in joined.items() if peers}.union(*joined.values())
+    return LeafGuess(_components(nodes, joined), cut, gap, len(linked) / len(nodes))
 
 
 def leaf_cut(tiers: Mapping[int, int]) -> float | None:

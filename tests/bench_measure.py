@@ -9,22 +9,34 @@ a node sends per hour (its probes and its answers) at --count probes per peer ev
 CPU seconds per hour for its rounds (one real UDP round on loopback, timed with process_time),
 the time every agent takes to compute the plan, and the time to fold the cluster's measurements
 and to infer leaves from them (best of --runs). Prints JSON.
+
+The fold, the leaf inference and the live source's fold step are timed beside the per-pair fold
+they replaced (tests/measured_fold_reference.py), old and new in turn in each run, wall and CPU
+seconds, with the ratio and the load average, on the healthy fabric and on a degraded one (slow and
+mis-cabled nodes, lossy and unanswered pairs, a third of the nodes over RDMA, bandwidth trains
+with one slow uplink); each pair of results is checked equal.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import measured_fold_reference as reference
+
+import aggregator.sources.measured as measured_source
 from agent.adapters.udp_probe import BURST_SIZE, PACKET_SIZE, UdpResponder, UdpTransport
 from agent.measure_plan import Domain, in_degree, plan
 from agent.measure_rows import to_wire
 from agent.report import ComponentHealth, Health, Measurement, NodeReport
-from aggregator.measured import fold, infer_leaves
+from aggregator.measured import fold, infer_leaves, leaf_cut
 from aggregator.sources.measured import MeasuredFabric
 from aggregator.sources.nodetopology import PARSED_KEY
 
@@ -70,6 +82,107 @@ def synthetic(domains: list[Domain], plans: Any) -> dict[str, list[Measurement]]
             for p in ps
         ]
         for a, ps in plans.items()
+    }
+
+
+def degraded(domains: list[Domain], plans: Any, seed: int = 27) -> dict[str, list[Measurement]]:
+    """synthetic()'s fabric with what the findings look for: 1 % of nodes slow (x5 to everyone),
+    0.5 % mis-cabled (they measure like another leaf), 3 % of rows lossy (20 %) and 1 % unanswered,
+    a third of the nodes over RDMA (a fifth of the round trip), and a bandwidth train on one row in
+    twelve, leaf0's uplink at a tenth of the rate."""
+    rng = random.Random(seed)
+    leaf = {n: d.name for d in domains if d.tier == 1 for n in d.children}
+    spine = {lf: d.name for d in domains if d.tier == 2 for lf in d.children}
+    nodes = sorted(leaf)
+    slow = set(rng.sample(nodes, len(nodes) // 100))
+    moved = dict(zip(rng.sample(nodes, len(nodes) // 200), rng.sample(nodes, len(nodes) // 200), strict=True))
+    rdma = set(rng.sample(nodes, len(nodes) // 3))
+
+    def rtt(a: str, b: str) -> float:
+        la, lb = leaf[moved.get(a, a)], leaf[moved.get(b, b)]
+        us = 10 if la == lb else 25 if spine[la] == spine[lb] else 60
+        return us * (5 if {a, b} & slow else 1) * rng.uniform(0.9, 1.1)
+
+    out = {}
+    for a, ps in plans.items():
+        rows = []
+        for p in ps:
+            transport = "rdma" if a in rdma else "udp"
+            us = max(1, round(rtt(a, p.peer) / (5 if transport == "rdma" else 1)))
+            draw = rng.random()
+            loss = 100.0 if draw < 0.01 else 20.0 if draw < 0.04 else 0.0
+            mbps = None
+            if rng.random() < 1 / 12:
+                mbps = rng.randint(800, 950) // (10 if leaf[a] == "leaf0" and leaf[p.peer] != "leaf0" else 1)
+            rows.append(Measurement(p.peer, 0 if loss == 100 else us, us * 2, loss, 20, "2026-11-25T18:00:00Z",
+                                    transport, mbps))  # fmt: skip
+        out[a] = rows
+    return out
+
+
+def side_by_side(runs: int, old: Callable[[], Any], new: Callable[[], Any]) -> dict[str, Any]:
+    """Old and new in turn, `runs` times: best wall and CPU seconds of each, the ratios, and
+    whether they gave equal results."""
+    times: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
+    results: dict[str, Any] = {}
+    for _ in range(runs):
+        for name, fn in (("old", old), ("new", new)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            results[name] = fn()
+            times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+    best = {name: (min(w for w, _ in t), min(c for _, c in t)) for name, t in times.items()}
+    return {
+        "old_s": round(best["old"][0], 3),
+        "new_s": round(best["new"][0], 3),
+        "ratio": round(best["old"][0] / max(best["new"][0], 1e-9), 1),
+        "old_cpu_s": round(best["old"][1], 3),
+        "new_cpu_s": round(best["new"][1], 3),
+        "cpu_ratio": round(best["old"][1] / max(best["new"][1], 1e-9), 1),
+        "equal": results["old"] == results["new"],
+    }
+
+
+@contextlib.contextmanager
+def old_fold_in_source() -> Iterator[None]:
+    """The live source running the per-pair fold and leaf inference it ran before."""
+    saved = measured_source.fold, measured_source.infer_leaves
+    measured_source.fold, measured_source.infer_leaves = reference.fold, reference.infer_leaves
+    try:
+        yield
+    finally:
+        measured_source.fold, measured_source.infer_leaves = saved
+
+
+def source_fold_step(domains: list[Domain], measured: dict[str, list[Measurement]]) -> Callable[[], Any]:
+    """What the live source does with changed measurements (MeasuredFabric._fold: the fold, the
+    tree check against the measured leaf groups, the disagreements); returns its state."""
+
+    def step() -> Any:
+        source = MeasuredFabric(period=60)
+        source._fold(domains, measured)
+        s = source.state
+        return s.faults, s.figures, s.tiers, s.findings, s.disagreements, s.guess
+
+    return step
+
+
+def compare_folds(domains: list[Domain], measured: dict[str, list[Measurement]], runs: int) -> dict[str, Any]:
+    """fold, infer_leaves (a guess, and the check at the tree's cut) and the source's fold step,
+    old beside new."""
+    cut = leaf_cut(fold(domains, measured).tiers)
+    step = source_fold_step(domains, measured)
+
+    def old_step() -> Any:
+        with old_fold_in_source():
+            return step()
+
+    return {
+        "fold": side_by_side(runs, lambda: reference.fold(domains, measured), lambda: fold(domains, measured)),
+        "infer_leaves_guess": side_by_side(runs, lambda: reference.infer_leaves(measured), lambda: infer_leaves(measured)),
+        "infer_leaves_at_tree_cut": side_by_side(
+            runs, lambda: reference.infer_leaves(measured, cut), lambda: infer_leaves(measured, cut)
+        ),
+        "source_fold_step": side_by_side(runs, old_step, step),
     }
 
 
@@ -140,6 +253,11 @@ def main() -> None:
     incoming = in_degree(plans)
     sent_per_hour = [(len(ps) + incoming.get(n, 0)) * opts.count * rounds_per_hour for n, ps in plans.items()]
     measured = synthetic(domains, plans)
+    load_before = os.getloadavg()[0]
+    healthy = compare_folds(domains, measured, opts.runs)
+    broken = degraded(domains, plans)
+    degraded_figures = {**compare_folds(domains, broken, opts.runs), "findings": len(fold(domains, broken).findings)}
+    load_after = os.getloadavg()[0]
     fold_s, result = best(opts.runs, lambda: fold(domains, measured))
     infer_s, guess = best(opts.runs, lambda: infer_leaves(measured))
     cpu_round = agent_cpu_per_round(max(sizes), opts.count)
@@ -162,6 +280,11 @@ def main() -> None:
         "plan_whole_cluster_s": round(plan_s, 3),
         "fold_s": round(fold_s, 3),
         "fold_target_s": 1.0,
+        "old_vs_new": {
+            "load_average": [round(load_before, 2), round(load_after, 2)],
+            "healthy": healthy,
+            "degraded": degraded_figures,
+        },
         "infer_leaves_s": round(infer_s, 3),
         "pairs_folded": sum(len(ms) for ms in measured.values()),
         "tier_profile_us": result.tiers,

@@ -19,15 +19,9 @@ from dataclasses import dataclass
 
 from agent.measure_plan import Domain, Tree, build_tree
 from agent.report import MAX_MEASUREMENTS, Measurement
-from aggregator.measured import (
-    LOSS_FINDING_PERCENT,
-    MAX_FINDINGS,
-    SLOW_LINK_RATIO,
-    DomainFigures,
-    Fold,
-    LeafGuess,
-    MeasuredFinding,
-)
+from aggregator.measured import MAX_FINDINGS, DomainFigures, Fold, LeafGuess, MeasuredFinding
+from aggregator.measured_findings import SLOW_LINK_RATIO
+from aggregator.measured_rows import LOSS_FINDING_PERCENT
 
 
 @dataclass(frozen=True, slots=True)

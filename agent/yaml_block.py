@@ -27,7 +27,8 @@ MAX_NESTING = 64  # collections inside collections read here; deeper goes to lib
 
 _UNSURE = re.compile("[^\n \"-$'-)+-=?A-_a-{}~]")  # not printable ASCII, or one of !%&*>@`| (never read here)
 _KEY = re.compile(r"(?:([A-Za-z0-9_/][A-Za-z0-9_./-]{0,127})|'((?:[^']|''){0,128})'):(?: +(\S.*))?$")
-_QUOTED = re.compile(r"'((?:[^']|'')*)'$")
+# a quoted scalar, unrolled: `(?:[^']|'')*` would keep a backtracking entry per character (16 MiB for 100 KB)
+_QUOTED = re.compile(r"'([^']*(?:''[^']*)*)'$")
 _PLAIN_FIRST = frozenset("-?:,[]{}#&*!|>'\"%@` ")  # a plain scalar cannot start with these (but `-x`)
 
 Scalar = Callable[[str], Any]  # a plain scalar's text -> its value (NOT_PLAIN where not a core scalar)

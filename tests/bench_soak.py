@@ -220,18 +220,22 @@ class Soak:
     def _timeline(self) -> None:
         end = self.churn_start + self.cfg.minutes * 60
         next_rss = 0.0
+        rollout: threading.Thread | None = None
         while (now := time.time()) < end:
             at = now - self.churn_start
             if self.cfg.kill_leader_at is not None and self.result.kill_at is None and at >= self.cfg.kill_leader_at:
                 self._kill()
             elif self.result.kill_at is not None and self.result.takeover_at is None:
                 self._takeover()
-            if self.cfg.rollout_at is not None and not self.result.rollout and at >= self.cfg.rollout_at:
-                self._rollout()
+            if self.cfg.rollout_at is not None and rollout is None and at >= self.cfg.rollout_at:
+                rollout = threading.Thread(target=self._rollout, daemon=True)  # RSS sampled meanwhile
+                rollout.start()
             if now >= next_rss:
                 self.result.rss.append((at, {n: rss_mb(p) for n, p in self.replicas.alive().items()}))
                 next_rss = now + 15
             time.sleep(0.1)
+        if rollout is not None:
+            rollout.join()
         self.result.writes_per_min = [self.watch.writes_between(self.churn_start + 60 * m, self.churn_start + 60 * m + 60)
                                       for m in range(int(self.cfg.minutes))] or \
             [self.watch.writes_between(self.churn_start, end)]

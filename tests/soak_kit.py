@@ -271,10 +271,10 @@ class Replicas:
         self.procs[name].stop()
 
     def alive(self) -> dict[str, int]:
-        return {n: p.proc.pid for n, p in self.procs.items() if p.proc.poll() is None}
+        return {n: p.proc.pid for n, p in list(self.procs.items()) if p.proc.poll() is None}  # a rollout adds
 
     def errors_logged(self) -> int:
-        return sum(1 for p in self.procs.values() for line in p.log.read_text(errors="replace").splitlines()
+        return sum(1 for p in list(self.procs.values()) for line in p.log.read_text(errors="replace").splitlines()
                    if " ERROR " in line or "Traceback" in line or '"level": "ERROR"' in line)
 
     def close(self) -> None:

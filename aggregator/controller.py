@@ -592,7 +592,7 @@ def run(args: argparse.Namespace) -> int:
     wake = controller.changed.set  # a live source's new facts reconcile at once
     pollers = [w for source in sources for w in source.workers(registry=metrics.registry, wake=wake)]
     service = Service([("reconcile", controller.run), *pollers], elector, on_stop=controller.changed.set,
-                      cleanup=(controller.stop, server.shutdown))
+                      cleanup=(controller.stop, server.shutdown), ready_to_lead=controller.synced)
     return service.run()
 
 

@@ -62,6 +62,7 @@ class Service:
     on_stop: Callable[[], None] = lambda: None  # wakes workers that wait on something else
     cleanup: Sequence[Callable[[], None]] = ()  # after the workers and the lease: caches, endpoint
     stop: threading.Event = field(default_factory=threading.Event)
+    ready_to_lead: Callable[[], bool] = lambda: True  # a candidate bids for the Lease only once this holds
 
     def may_write(self) -> bool:
         return self.elector.is_leader() if self.elector is not None else True
@@ -77,7 +78,9 @@ class Service:
             signal.signal(sig, self.request_stop)
         threads = [threading.Thread(target=target, args=(self.stop,), name=name) for name, target in self.workers]
         if self.elector is not None:
-            threads.append(threading.Thread(target=self.elector.run, args=(self.stop,), name="leader-election"))
+            threads.append(
+                threading.Thread(target=self.elector.run, args=(self.stop, self.ready_to_lead), name="leader-election")
+            )
         for thread in threads:
             thread.start()
         self.stop.wait()

@@ -120,3 +120,26 @@ def test_an_unreachable_api_server_is_a_failed_round_not_a_crash(unique: str) ->
 def test_election_timings_must_nest() -> None:
     with pytest.raises(ValueError):
         ElectionConfig(identity="a", lease_duration=10, renew_deadline=10, retry_period=2)
+
+
+def test_a_candidate_still_loading_does_not_bid_but_a_leader_renews_and_a_loaded_one_takes_over(
+    kube: KubeClient, unique: str
+) -> None:
+    lease = f"lease-{unique}"
+    clock_a, clock_b = FakeClock(), FakeClock()
+    a, b = elector(kube, lease, "a", clock_a), elector(kube, lease, "b", clock_b)
+    loading = {"a": True, "b": True}
+    assert not a.bid(lambda: not loading["a"])
+    with pytest.raises(ApiError):  # no bid, so no Lease was even created
+        kube.get(LEASES, lease, namespace=NAMESPACE)
+    loading["b"] = False
+    assert b.bid(lambda: not loading["b"]) and holder(kube, lease) == "b"
+    loading["b"] = True  # a leader whose caches go back to syncing (a re-list) keeps renewing
+    clock_b.now += 2
+    assert b.bid(lambda: not loading["b"])
+    clock_a.now += 16  # a is still loading: it stays out, whatever the lease
+    assert not a.bid(lambda: not loading["a"]) and holder(kube, lease) == "b"
+    loading["a"] = False  # loaded: it bids, sees b's live lease, and takes it once b stops renewing
+    assert not a.bid(lambda: not loading["a"])
+    clock_a.now += 16
+    assert a.bid(lambda: not loading["a"]) and holder(kube, lease) == "a"

@@ -13,8 +13,8 @@ does not build (a merge key `<<`, `!!set`, `!!omap`, a collection under an odd t
 document to SafeConstructor, unchanged.
 
 Before any of that, a document in plain block style (reports and `kubectl -o yaml` output as they
-are written) is read line by line by `yaml_block`, with these same resolver and constructors: for
-a 90-line report a third of libyaml's parse, node objects and loop. Whatever it is not sure of
+are written) is read line by line by `yaml_block`, with these same resolver and constructors: an
+8.9 KB report as `probe --model` writes it in 1.3 ms of CPU instead of 2.8 (median of interleaved runs). Whatever it is not sure of
 (flow collections, double quotes, a scalar over two lines, non-ASCII, any odd indentation) it
 leaves to the path above, so values and errors stay libyaml's and SafeConstructor's.
 

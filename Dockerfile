@@ -12,8 +12,9 @@
 #   transport, --measure-transport) with the verbs libraries it loads at run time: libibverbs1,
 #   librdmacm1 and ibverbs-providers (the user-space drivers: mlx5, rxe, efa, bnxt_re, irdma ...),
 #   7.8 MB in all. Debian's package, not a build, because the adapter's command lines are held to
-#   its parser (tests/test_measure_rdma_probe.py). apt's lists and downloaded .debs are removed in
-#   the layer that fetched them, so no layer holds them.
+#   its parser (tests/test_measure_rdma_probe.py). The `rdma` stage installs them with apt and
+#   copies out the files of every package that install added (docs and manuals left out), so the
+#   shipped stage runs no apt and holds no apt lists or .debs.
 #   The tools do nothing unless the pod gets /dev/infiniband (daemonset/components/rdma-measure).
 # The aggregator and scheduler run as UID 65532; the agent's manifest runs it as root with every
 # capability dropped except NET_RAW (raw LLDP sockets), not privileged.
@@ -57,14 +58,30 @@ RUN /tmp/tools/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --whe
  && /tmp/tools/bin/pip --python /opt/hypertopo/bin/python install --no-cache-dir --no-deps /tmp/wheel/*.whl \
  && rm -rf /opt/hypertopo/lib/python3.*/site-packages/kubernetes/aio
 
+FROM python:3.11-slim-bookworm AS rdma
+# Every file of the packages this install adds (their dependencies too: libnl, libibumad ...), at
+# its real path (/lib is /usr/lib on bookworm), for the shipped stage to copy.
+RUN dpkg-query -W -f '${Package}\n' | sort > /tmp/before \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends perftest ibverbs-providers libibverbs1 librdmacm1 \
+ && dpkg-query -W -f '${Package}\n' | sort > /tmp/after \
+ && comm -13 /tmp/before /tmp/after > /tmp/added \
+ && mkdir /out \
+ && for package in $(cat /tmp/added); do \
+      dpkg -L "$package" | while read -r file; do \
+        case "$file" in /usr/share/doc/*|/usr/share/man/*|/usr/share/lintian/*) continue ;; esac; \
+        if [ -f "$file" ] || [ -L "$file" ]; then \
+          dir=$(readlink -f "$(dirname "$file")") && mkdir -p "/out$dir" && cp -a "$file" "/out$dir/"; \
+        fi; \
+      done; \
+    done
+
 FROM python:3.11-slim-bookworm
 COPY --from=lldpcli /out/ /
+COPY --from=rdma /out/ /
 COPY --from=build /opt/hypertopo /opt/hypertopo
 ENV PATH=/opt/hypertopo/bin:$PATH
-RUN apt-get update \
- && apt-get install -y --no-install-recommends perftest ibverbs-providers libibverbs1 librdmacm1 \
- && apt-get clean && rm -rf /var/lib/apt/lists/* \
- && useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin hypertopo
+RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin hypertopo
 USER 65532
 EXPOSE 9730 9731 9732
 ENTRYPOINT []

@@ -12,7 +12,7 @@
 #   transport, --measure-transport) with the verbs libraries it loads at run time: libibverbs1,
 #   librdmacm1 and ibverbs-providers (the user-space drivers: mlx5, rxe, efa, bnxt_re, irdma ...),
 #   7.8 MB in all. Debian's package, not a build, because the adapter's command lines are held to
-#   its parser (tests/test_measure_rdma_probe.py). The `rdma` stage installs them with apt and
+#   its parser (tests/live/test_measure_rdma_probe.py). The `rdma` stage installs them with apt and
 #   copies out the files of every package that install added (docs and manuals left out), so the
 #   shipped stage runs no apt and holds no apt lists or .debs.
 #   The tools do nothing unless the pod gets /dev/infiniband (daemonset/components/rdma-measure).

@@ -4,7 +4,7 @@
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: test setup lint bench demo
+.PHONY: test test-fast setup lint bench demo
 
 setup:
 	bash tests/setup.sh
@@ -19,18 +19,26 @@ test: setup
 demo: setup
 	$(VENV)/bin/python -u tests/lab/fabric_lab.py
 
+# `make test-fast`: the unit tests only (tests/unit: in-process, no real parts), in under a minute;
+# `make test` runs every kind: tests/{unit,live,fuzz,cli,lint} (see tests/README.md).
+test-fast: $(VENV)/bin/python
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit
+
+$(VENV)/bin/python:
+	bash tests/setup.sh
+
 lint:
 	$(VENV)/bin/python -m ruff check agent aggregator tests
 	$(VENV)/bin/python -m mypy
 	$(VENV)/bin/lint-imports
 
 bench: setup
-	$(VENV)/bin/python tests/bench_agent.py
-	$(VENV)/bin/python tests/bench_aggregator.py
-	$(VENV)/bin/python tests/bench_placement.py
-	$(VENV)/bin/python tests/bench_spares.py
-	$(VENV)/bin/python tests/bench_spares.py --live-decisions
-	$(VENV)/bin/python tests/bench_scheduler_events.py
-	$(VENV)/bin/python tests/bench_measure.py
-	$(VENV)/bin/python tests/bench_memory.py --inprocess 5000
-	$(VENV)/bin/python tests/bench_soak.py --nodes 5000 --minutes 10 --kill-leader-at 240 --rollout-at 420
+	$(VENV)/bin/python tests/bench/bench_agent.py
+	$(VENV)/bin/python tests/bench/bench_aggregator.py
+	$(VENV)/bin/python tests/bench/bench_placement.py
+	$(VENV)/bin/python tests/bench/bench_spares.py
+	$(VENV)/bin/python tests/bench/bench_spares.py --live-decisions
+	$(VENV)/bin/python tests/bench/bench_scheduler_events.py
+	$(VENV)/bin/python tests/bench/bench_measure.py
+	$(VENV)/bin/python tests/bench/bench_memory.py --inprocess 5000
+	$(VENV)/bin/python tests/bench/bench_soak.py --nodes 5000 --minutes 10 --kill-leader-at 240 --rollout-at 420

@@ -31,7 +31,7 @@ from agent.collect import (
     describe,
     failed_components,
 )
-from agent.command_line import (
+from agent.common.command_line import (
     EXIT_INPUT,
     CommandParser,
     InputError,
@@ -40,9 +40,9 @@ from agent.command_line import (
     one_line,
     setup_logging,
 )
+from agent.common.report import NodeReport, node_topology_object
 from agent.measure_cli import add_measure_flags, start_measuring
 from agent.probes.grey import GreyConfig, RateLimit, parse_limit
-from agent.report import NodeReport, node_topology_object
 
 log = logging.getLogger("hypertopo-agent")
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from agent import yaml_codec
-from agent.input_limits import InputLimitError, check_tree, clean_name, scalar_text, short
+from agent.common import yaml_codec
+from agent.common.input_limits import InputLimitError, check_tree, clean_name, scalar_text, short
 
 DOMAIN_ANNOTATION = "accelerator.topology.test/domain"
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent.common.report import COMPONENTS, ComponentHealth, Health, NodeReport, ProbeResult
 from agent.probes.grey import GreyConfig, fold_all, latch
 from agent.probes.protocol import Cycle, Probe
-from agent.report import COMPONENTS, ComponentHealth, Health, NodeReport, ProbeResult
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ the next train.
 
 What to probe and whom to answer come from this node's row of the probe plan, which the
 aggregator computes from the HyperNode tree and publishes in the node's own NodeTopology status
-(agent.measure_rows): peers with their probe addresses, and the addresses of the nodes whose plan
+(agent.common.measure_rows): peers with their probe addresses, and the addresses of the nodes whose plan
 names this node, so a responder is open to the dozen nodes that will probe it, not to the cluster.
 The row's source (one GET of the node's own NodeTopology) and the transport are parameters:
 adapters in production, plain objects in tests.
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field, replace
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from agent.api_error import ApiError
-from agent.measure_rows import PlanRow
+from agent.common.api_error import ApiError
+from agent.common.measure_rows import PlanRow
+from agent.common.report import Measurement, NodeReport
 from agent.probes.fabric_rtt import RttTransport, latch, summarise
-from agent.report import Measurement, NodeReport
 
 log = logging.getLogger(__name__)
 

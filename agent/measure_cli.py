@@ -134,8 +134,8 @@ def start_measuring(
     if not args.measure_fabric:
         return None
     from agent.adapters.fabric_cluster import own_row
-    from agent.adapters.kube import connect
     from agent.adapters.udp_probe import UdpResponder, UdpTransport
+    from agent.common.adapters.kube import connect
     from agent.fabric_measure import FabricMeasure
 
     kube = connect(kubeconfig, timeout=(2.0, 10.0))

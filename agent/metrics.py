@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agent.collect import Snapshot
-from agent.report import Finding, Gpu, Health, NodeReport
+from agent.common.report import Finding, Gpu, Health, NodeReport
 
 FABRIC_STATES = ("not-supported", "not-started", "in-progress", "completed")
 HEALTH_STATES = tuple(h.value for h in Health)

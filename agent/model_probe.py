@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.cluster_model import ClusterModel, fabric_of
-from agent.report import (
+from agent.common.report import (
     ComponentHealth,
     Gpu,
     GpuFabric,

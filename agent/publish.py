@@ -6,7 +6,7 @@ away (restarting, overloaded: unreachable, 5xx, 409, 429); then the publisher re
 exponential backoff and jitter, and each retry sends the LATEST state, never a stale queued one:
 intermediate states are simply skipped, nothing is lost that matters.
 
-The Kubernetes client lives in `agent.adapters.kube`; here the API is a one-method protocol, so
+The Kubernetes client lives in `agent.common.adapters.kube`; here the API is a one-method protocol, so
 the retry logic is tested with a scripted API and time is injected.
 
 Remembering what was applied has one blind spot: someone deleting or editing the object. So every
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agent.api_error import ApiError as ApiError  # re-exported: callers catch it from here
+from agent.common.api_error import ApiError as ApiError  # re-exported: callers catch it from here
 from agent.metrics import PublishCounts
 
 log = logging.getLogger(__name__)

@@ -27,13 +27,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from agent.adapters.endpoints import Endpoint, serve
-from agent.adapters.endpoints import parse_listen as parse_listen  # the CLI validates --listen with it
 from agent.collect import Prober, describe
+from agent.common.adapters.endpoints import Endpoint, serve
+from agent.common.adapters.endpoints import parse_listen as parse_listen  # the CLI validates --listen with it
+from agent.common.report import NodeReport, node_topology_object, report_from_spec
 from agent.fabric_measure import FabricMeasure, MeasureMetrics
 from agent.metrics import AgentMetrics
 from agent.publish import Publisher
-from agent.report import NodeReport, node_topology_object, report_from_spec
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ def collector_paused(*, freeze: bool = False) -> Iterator[None]:
     first allocation after it walks everything the block built (~2 million objects after a full
     build at 100,000 nodes: 0.6-0.8 s). Refcounting still frees a frozen object when its last
     reference goes; only a reference cycle among frozen objects would never be collected, so
-    freeze only what has none (tests/test_aggregator_controller_heap.py checks the pipeline's)."""
+    freeze only what has none (tests/unit/test_aggregator_controller_heap.py checks the pipeline's)."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from agent.report import NodeReport
+from agent.common.report import NodeReport
 from aggregator.crosscheck_cliques import (
     CAUSE,
     NVLINK_DISPUTED,

@@ -8,7 +8,7 @@ domains by "cluster-uuid/clique-id".
 
 It is built incrementally: facts a node reports are kept per node so one node's new report
 replaces only its own facts (the aggregator's fast path), while fabric-wide facts (dumps, switch
-tables, the model) are added once. Tier inference (aggregator.tiers) reads it; nothing here
+tables, the model) are added once. Tier inference (aggregator.tiers.infer) reads it; nothing here
 decides tiers.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple
 
-from agent.report import RdmaDevice
+from agent.common.report import RdmaDevice
 
 
 def normalise_guid(text: str) -> str:

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from agent.report import ComponentHealth, Health, NodeReport
+from agent.common.report import ComponentHealth, Health, NodeReport
 from aggregator.graph import FabricFault
 
 FABRIC_COMPONENTS = {"nvml": "NVLink", "rdma": "RDMA", "net": "link", "pcie": "PCIe"}

@@ -22,8 +22,8 @@ How it stays fast at 10,000 nodes (70,000 pairs, issue 27's benchmark): the rows
 their p50s grouped by where the two ends meet (aggregator.measured_rows), and the figures come
 from those groups; no object is made per row. The findings (aggregator.measured_findings) look at
 single rows again only where a group says there is something to find, so a healthy fabric costs
-one pass. tests/measured_fold_reference.py keeps the per-pair fold this replaced; tests compare
-the two and tests/bench_measure.py times them side by side.
+one pass. tests/bench/measured_fold_reference.py keeps the per-pair fold this replaced; tests compare
+the two and tests/bench/bench_measure.py times them side by side.
 
 Pure: reports and the tree in, plain values out; time and I/O belong to the callers.
 """
@@ -37,8 +37,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from agent.common.report import MAX_MEASUREMENTS, Measurement
 from agent.measure_plan import Domain, build_tree
-from agent.report import MAX_MEASUREMENTS, Measurement
 from aggregator.graph import FabricFault
 from aggregator.measured_findings import MeasuredFinding, tier_cut, transport_findings
 from aggregator.measured_rows import TRANSPORT, Judged, Places, Replay, read

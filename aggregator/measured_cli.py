@@ -14,9 +14,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.command_line import EXIT_INPUT, InputError, one_line
+from agent.common.command_line import EXIT_INPUT, InputError, one_line
+from agent.common.report import Measurement, NodeReport
 from agent.measure_plan import Domain, domains_from_hypernodes
-from agent.report import Measurement, NodeReport
 from aggregator.measured import Fold, LeafGuess, fold, infer_leaves
 from aggregator.object_files import of_kind, read_objects
 
@@ -55,16 +55,16 @@ def cmd_measured(args: argparse.Namespace) -> int:
 
 
 def _from_files(args: argparse.Namespace) -> tuple[list[Domain], Mapping[str, NodeReport]]:
-    from aggregator.cli import load_reports  # the same reader as `render`
+    from aggregator.inputs import load_reports  # the same reader as `render`
 
     hypernodes = of_kind(read_objects(args.hypernodes, "HyperNode"), "HyperNode", args.hypernodes)
     return domains_from_hypernodes(hypernodes), load_reports(args.reports, strict=False)
 
 
 def _live(kubeconfig: str | None) -> tuple[list[Domain], Mapping[str, NodeReport]]:
-    from agent.adapters.kube import HYPERNODES, NODETOPOLOGIES, connect
-    from agent.api_error import ApiError
-    from agent.report import WireError, report_from_spec
+    from agent.common.adapters.kube import HYPERNODES, NODETOPOLOGIES, connect
+    from agent.common.api_error import ApiError
+    from agent.common.report import WireError, report_from_spec
 
     try:
         client = connect(kubeconfig)

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from agent.common.report import MAX_MEASUREMENTS, Measurement
 from agent.measure_plan import Tree
-from agent.report import MAX_MEASUREMENTS, Measurement
 
 LOSS_FINDING_PERCENT = 10.0  # two of twenty probes: one lost datagram is noise, not a finding
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from agent import yaml_codec
-from agent.command_line import InputError, one_line
+from agent.common import yaml_codec
+from agent.common.command_line import InputError, one_line
 
 Obj = dict[str, Any]
 

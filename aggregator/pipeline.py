@@ -1,6 +1,6 @@
 """The aggregator's pure pipeline: cluster inputs -> desired HyperNodes, node labels, unhealthy nodes.
 
-This is the controller's one entry point (aggregator.controller feeds it what it lists and
+This is the controller's one entry point (aggregator.live.controller feeds it what it lists and
 watches; the `render` command feeds it files): sources -> fabric graph -> tier inference ->
 member health -> Ready conditions with hold-down -> HyperNode objects. It keeps the last result so
 that
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.cluster_model import ClusterModel
-from agent.report import NodeReport
+from agent.common.report import NodeReport
 from aggregator import crosscheck
 from aggregator import render as hypernodes
 from aggregator.collector import collector_paused
@@ -48,7 +48,7 @@ from aggregator.sources.labels import LabelLevels
 from aggregator.sources.model import ModelFile
 from aggregator.sources.nodetopology import NodeReports
 from aggregator.sources.switch_lldp import SwitchTable, SwitchTables
-from aggregator.tiers import DomainTree, NodeClasses, infer, signature_of
+from aggregator.tiers.infer import DomainTree, NodeClasses, infer, signature_of
 
 NODE_LABEL_PREFIX = "hypertopo.io/"
 CABLING = "Cabling"  # member health cause: a node lacks cables its leaf domain's other nodes have

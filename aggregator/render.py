@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aggregator.health import Condition
-from aggregator.tiers import NVLINK, DomainTree, TreeDomain
+from aggregator.tiers.infer import NVLINK, DomainTree, TreeDomain
 
 API_VERSION = "topology.volcano.sh/v1alpha1"
 KIND = "HyperNode"

@@ -1,5 +1,5 @@
 """This node's row of the probe plan, read from its own NodeTopology (`status.probePlan`, written
-by the aggregator: agent.measure_rows).
+by the aggregator: agent.common.measure_rows).
 
 Why its own object and nothing else: every agent listing the HyperNodes and reading its peers'
 reports each round is reads that grow with the square of the cluster, and a `list` grant on
@@ -9,9 +9,9 @@ server per node."""
 
 from __future__ import annotations
 
-from agent.adapters.kube import NODETOPOLOGIES, KubeClient
-from agent.api_error import ApiError
-from agent.measure_rows import PlanRow, from_wire
+from agent.common.adapters.kube import NODETOPOLOGIES, KubeClient
+from agent.common.api_error import ApiError
+from agent.common.measure_rows import PlanRow, from_wire
 
 
 def own_row(kube: KubeClient, node: str) -> PlanRow | None:

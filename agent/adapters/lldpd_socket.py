@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.common.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
 from agent.lldp.lldpcli import LldpcliError, parse_json
-from agent.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
 
 DEFAULT_SOCKET = Path("/run/lldpd.socket")  # Debian's lldpd 1.0.x
 

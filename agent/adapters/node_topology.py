@@ -1,6 +1,6 @@
 """The agent's one object in the API: its cluster-scoped NodeTopology, applied server-side.
 
-Kept apart from the client (`agent.adapters.kube`) because only the agent needs it, and because
+Kept apart from the client (`agent.common.adapters.kube`) because only the agent needs it, and because
 how the agent proves which Node it runs on (its pod-bound token, read back by a SelfSubjectReview)
 is a question of the agent's least privilege, not of talking to the API server.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.adapters.kube import NODETOPOLOGIES, KubeClient, Resource, connect
-from agent.api_error import ApiError
-from agent.report import PLURAL
+from agent.common.adapters.kube import NODETOPOLOGIES, KubeClient, Resource, connect
+from agent.common.api_error import ApiError
+from agent.common.report import PLURAL
 
 FIELD_MANAGER = "hypertopo-agent"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"

@@ -19,8 +19,8 @@ import uuid as uuidlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from agent.common.report import GpuFabric
 from agent.probes.nvml_backend import CALLS, NvmlBackend, NvmlError, RemoteType, XidEvent
-from agent.report import GpuFabric
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from agent.background import BackgroundThread
+from agent.common.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
 from agent.lldp.frame import ETHERTYPE_LLDP, LLDP_MULTICASTS
 from agent.probes.lldp import NeighbourTable
-from agent.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
 
 log = logging.getLogger(__name__)
 

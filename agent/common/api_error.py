@@ -2,7 +2,7 @@
 
 Why a pure module of its own: the pure layers (the agent's publisher, the aggregator's reconcile,
 the Lease elector) must catch API failures without importing the client adapter; the adapter
-(`agent.adapters.kube`) turns every HTTP answer and transport failure into this one type, so no
+(`agent.common.adapters.kube`) turns every HTTP answer and transport failure into this one type, so no
 caller ever sees a urllib3 or `kubernetes` exception. Status 0 means the server gave no answer.
 """
 

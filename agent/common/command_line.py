@@ -136,7 +136,7 @@ def version_text() -> str:
         version = metadata.version(PACKAGE)
     except metadata.PackageNotFoundError:
         version = "unknown"
-    described = _git_describe(Path(__file__).resolve().parent.parent)
+    described = _git_describe(Path(__file__).resolve().parents[2])
     return f"{version} (git {described})" if described else version
 
 

@@ -9,7 +9,7 @@ reach the wire form, so an unchanged node serialises to an unchanged object (zer
 Wire form rules: field names become lowerCamelCase; `None` and metric-only fields are omitted;
 tuples become lists; enums become their string values.
 
-The classes are slotted: the aggregator keeps every node's parsed report (aggregator.slim), ~50
+The classes are slotted: the aggregator keeps every node's parsed report (aggregator.live.slim), ~50
 instances per node, and a slotted instance is a third smaller than one with a dict.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 
-from agent.input_limits import short
+from agent.common.input_limits import short
 
 SCHEMA_VERSION = 1
 API_GROUP = "hypertopo.io"

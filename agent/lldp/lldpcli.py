@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from agent.input_limits import InputLimitError, ascii_int, load_json, scalar_text
-from agent.report import LldpNeighbour
+from agent.common.input_limits import InputLimitError, ascii_int, load_json, scalar_text
+from agent.common.report import LldpNeighbour
 
 CHASSIS_ID_TYPES = ("chassis", "ifalias", "port", "mac", "ip", "ifname", "local", "unhandled")
 PORT_ID_TYPES = ("ifalias", "port", "mac", "ip", "ifname", "agent-circuit-id", "local", "unhandled")
@@ -40,7 +40,7 @@ class LldpcliError(ValueError):
 def parse_json(text: str) -> list[LldpNeighbour]:
     """Neighbours from `lldpcli -f json` or `-f json0` output (the format is detected). Every field
     the neighbour gets is text (or None) whatever type lldpcli printed it as, so the agent never
-    publishes a value its own reader (`agent.report.report_from_spec`) would refuse."""
+    publishes a value its own reader (`agent.common.report.report_from_spec`) would refuse."""
     try:
         doc = load_json(text, "lldpcli JSON", max_bytes=MAX_OUTPUT)
     except json.JSONDecodeError as exc:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from agent.report import MAX_MEASUREMENTS, Measurement
+from agent.common.report import MAX_MEASUREMENTS, Measurement
 
 RELATIVE_BAND = 0.25  # a median that moves by less than a quarter is the same link
 ABSOLUTE_BAND_US = 20  # ... or by less than 20 us

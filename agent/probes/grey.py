@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agent.report import ComponentHealth, Finding, Health
+from agent.common.report import ComponentHealth, Finding, Health
 
 GREY_COMPONENTS = ("rdma", "net", "nvml", "pcie")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from agent.common.report import ComponentHealth, Health, HostInfo, ProbeResult
 from agent.probes.sysfs_attr import Problems, read_text
-from agent.report import ComponentHealth, Health, HostInfo, ProbeResult
 
 LIVE_PROCFS = Path("/proc")
 _MEMTOTAL = re.compile(r"^MemTotal:\s+(\d+)\s*kB\s*$", re.MULTILINE)

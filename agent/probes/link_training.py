@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agent.common.report import ComponentHealth, Finding, Health, ProbeResult
 from agent.probes.protocol import Cycle
 from agent.probes.sysfs_attr import read_text
-from agent.report import ComponentHealth, Finding, Health, ProbeResult
 
 _MODE_SPEED = re.compile(r"^(\d+)base")
 

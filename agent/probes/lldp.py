@@ -24,9 +24,9 @@ from collections import Counter
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 
+from agent.common.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
 from agent.lldp import lldpcli
 from agent.lldp.frame import LldpFrame, MalformedFrame, parse
-from agent.report import ComponentHealth, Health, LldpNeighbour, ProbeResult
 
 MAX_NEIGHBOURS_PER_INTERFACE = 32  # a flood of forged chassis IDs must not grow memory without bound
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
+from agent.common.report import ComponentHealth, Health, Interface, ProbeResult
 from agent.probes.sysfs_attr import Problems, pci_address, read_text
-from agent.report import ComponentHealth, Health, Interface, ProbeResult
 
 NO_INTERFACES = "no network interfaces"
 NO_FABRIC_INTERFACES = "no physical or RDMA network interfaces (--interfaces all reports every one)"

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.common.report import NvmlReport, ProbeResult
 from agent.probes.sysfs_attr import link_name, list_dir, read_int
-from agent.report import NvmlReport, ProbeResult
 
 NVIDIA_VENDOR = 0x10DE
 GPU_CLASSES = frozenset({0x0300, 0x0302})  # base class 03 (display), subclass 00 (VGA) / 02 (3D)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.common.report import ComponentHealth, Finding, Health, ProbeResult
 from agent.probes.grey import Windows, rate_findings
 from agent.probes.protocol import Cycle
-from agent.report import ComponentHealth, Finding, Health, ProbeResult
 
 TRUE, FALSE = 1, 2
 # field -> (shift, severity, reason)

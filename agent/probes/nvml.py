@@ -27,6 +27,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from agent.common.report import (
+    ComponentHealth,
+    Gpu,
+    GpuFabric,
+    Health,
+    NvLink,
+    NvLinkDomain,
+    NvmlReport,
+    ProbeResult,
+    RdmaDevice,
+)
 from agent.probes.nvidia_pci import unseen_by_nvml, without_nvml
 from agent.probes.nvml_backend import (
     ERROR_COUNTERS,
@@ -41,17 +52,6 @@ from agent.probes.nvml_backend import (
 )
 from agent.probes.nvml_xid import XID_DEGRADED, XID_FAILED, XidWatcher
 from agent.probes.pci_affinity import closest_nics, sysfs_bdf
-from agent.report import (
-    ComponentHealth,
-    Gpu,
-    GpuFabric,
-    Health,
-    NvLink,
-    NvLinkDomain,
-    NvmlReport,
-    ProbeResult,
-    RdmaDevice,
-)
 
 __all__ = ["LinkCache", "NvmlBackend", "NvmlError", "RemoteType", "XidEvent", "XidWatcher", "probe"]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from agent.report import GpuFabric
+from agent.common.report import GpuFabric
 
 RemoteType = Literal["gpu", "nvswitch", "unknown"]
 

@@ -25,8 +25,8 @@ import queue
 import uuid
 from dataclasses import dataclass
 
+from agent.common.report import GpuFabric
 from agent.probes.nvml_backend import CALLS, ERROR_COUNTERS, NvmlError, RemoteType, XidEvent
-from agent.report import GpuFabric
 
 # nvmlGpuFabricInfoV_t.healthMask of a healthy GB200 tray: every 2-bit field "FALSE" (2): degraded
 # bandwidth (bits 0-1), route recovery (2-3), route unhealthy (4-5), access timeout recovery (6-7)

@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agent.common.report import ComponentHealth, Finding, Health, ProbeResult
 from agent.probes.pci_affinity import sysfs_bdf
 from agent.probes.protocol import Cycle
 from agent.probes.sysfs_attr import StrPath, read_text
-from agent.report import ComponentHealth, Finding, Health, ProbeResult
 
 _SPEED = re.compile(r"^(\d+(?:\.\d+)?)\s*GT/s")
 

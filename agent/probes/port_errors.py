@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.common.report import ComponentHealth, Health, ProbeResult
 from agent.probes.grey import FlapTracker, Windows, rate_findings
 from agent.probes.protocol import Cycle
-from agent.report import ComponentHealth, Health, ProbeResult
 
 
 class PortErrorProbe:

@@ -3,7 +3,7 @@
 ProbeResult. Adding one is one new module with a class that has `name` and `run`, plus one line in
 that list.
 
-A probe named after a health component (`agent.report.COMPONENTS`) gives that component its health;
+A probe named after a health component (`agent.common.report.COMPONENTS`) gives that component its health;
 any probe may add grey-failure findings to `cycle.findings`, which roll up into the components they
 name. Long-lived state (rate windows, the NVML backend) lives on the probe object, made once per
 agent; the host (`cycle.host`, the Prober) gives access to what the agent opened for every probe.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent.report import Finding, ProbeResult
+from agent.common.report import Finding, ProbeResult
 
 
 @dataclass

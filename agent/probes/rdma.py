@@ -44,6 +44,7 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from agent.common.report import ComponentHealth, Health, ProbeResult, RdmaDevice, RdmaPort
 from agent.probes.sysfs_attr import (
     Problems,
     StrPath,
@@ -54,7 +55,6 @@ from agent.probes.sysfs_attr import (
     read_int,
     read_text,
 )
-from agent.report import ComponentHealth, Health, ProbeResult, RdmaDevice, RdmaPort
 
 NO_DEVICES = "no RDMA devices"
 UNKNOWN_STATE = "UNKNOWN"

@@ -4,7 +4,7 @@ aggregator's `kai_topology.KaiTopologyKeeper`. Kueue's client with KAI's resourc
 
 from __future__ import annotations
 
-from agent.adapters.kube import Resource
+from agent.common.adapters.kube import Resource
 from aggregator.adapters.kueue import TopologyClient
 
 KAI_TOPOLOGIES = Resource("kai.scheduler", "v1alpha1", "topologies", "Topology")

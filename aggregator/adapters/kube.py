@@ -1,4 +1,4 @@
-"""The aggregator's stores over the shared client (`agent.adapters.kube`): HyperNodes, its Lease
+"""The aggregator's stores over the shared client (`agent.common.adapters.kube`): HyperNodes, its Lease
 and Node marks, each the small protocol its pure user declares (`reconcile.HyperNodeStore`,
 `leader.LeaseStore`, `node_marks.NodeStore`), so those stay testable without an API server.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.adapters.kube import (
+from agent.common.adapters.kube import (
     HYPERNODES,
     LEASES,
     NODES,

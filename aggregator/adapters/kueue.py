@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.adapters.kube import KubeClient, Resource
-from agent.api_error import ApiError
+from agent.common.adapters.kube import KubeClient, Resource
+from agent.common.api_error import ApiError
 
 TOPOLOGIES = Resource("kueue.x-k8s.io", "v1beta2", "topologies", "Topology")
 FIELD_MANAGER = "hypertopo-aggregator"

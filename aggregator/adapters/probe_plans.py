@@ -1,10 +1,10 @@
 """Writes each measuring node's probe-plan row into its NodeTopology status (`status.probePlan`,
-agent.measure_rows), where that node's agent reads it.
+agent.common.measure_rows), where that node's agent reads it.
 
 Why the status subresource: the report (`spec`) is the agent's, written by it alone (its admission
 policy); the status is the consumers', and a merge patch of `/status` never races the agent's
 writes of `spec`. A row is written only when its digest differs from the one the informer's record
-keeps (`measure_rows.PLAN_DIGEST_KEY`, kept by aggregator.slim), so an unchanged plan costs no
+keeps (`measure_rows.PLAN_DIGEST_KEY`, kept by aggregator.live.slim), so an unchanged plan costs no
 write, a new leader rewrites nothing already published, and a re-plan writes only the rows that
 changed. Only the leader writes (`may_write`)."""
 
@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent.adapters.kube import NODETOPOLOGIES, KubeClient
-from agent.api_error import ApiError
-from agent.measure_rows import PLAN_DIGEST_KEY, PlanRow, to_wire
+from agent.common.adapters.kube import NODETOPOLOGIES, KubeClient
+from agent.common.api_error import ApiError
+from agent.common.measure_rows import PLAN_DIGEST_KEY, PlanRow, to_wire
 
 log = logging.getLogger(__name__)
 MAX_WRITES = 2000  # rows a fold writes at most; the rest on the next fold (a re-plan of 10,000 nodes: 5 folds)

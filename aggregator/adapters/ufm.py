@@ -41,7 +41,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from agent.command_line import one_line
+from agent.common.command_line import one_line
 from aggregator.graph import FabricGraph
 from aggregator.sources import Cluster, OptionError, Source, Worker, ufm, ufm_graph
 from aggregator.sources.ibnetdiscover import HostNames

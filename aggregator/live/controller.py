@@ -38,29 +38,29 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent.adapters.endpoints import serve
-from agent.adapters.informer import Informer
-from agent.command_line import CommandParser
-from agent.report import API_GROUP, API_VERSION
-from aggregator import slim
+from agent.common.adapters.endpoints import serve
+from agent.common.adapters.informer import Informer
+from agent.common.command_line import CommandParser
+from agent.common.report import API_GROUP, API_VERSION
 from aggregator.adapters import kube as kubeapi
 from aggregator.adapters.kai import KaiTopologyClient
 from aggregator.adapters.kueue import TopologyClient
 from aggregator.adapters.probe_plans import ProbePlanWriter
 from aggregator.graph import Finding
-from aggregator.kai_topology import KaiTopologyKeeper
-from aggregator.kueue_topology import TopologyKeeper
-from aggregator.metrics import AggregatorMetrics
-from aggregator.node_marks import LABEL_MANAGER, NodeMarker
-from aggregator.placement.events import EventRecorder
-from aggregator.reconcile import ApiError, Applier, NotLeader, is_owned
-from aggregator.refusals import Refusals
+from aggregator.live import slim
+from aggregator.live.kai_topology import KaiTopologyKeeper
+from aggregator.live.kueue_topology import TopologyKeeper
+from aggregator.live.metrics import AggregatorMetrics
+from aggregator.live.node_marks import LABEL_MANAGER, NodeMarker
+from aggregator.live.reconcile import ApiError, Applier, NotLeader, is_owned
+from aggregator.live.refusals import Refusals
+from aggregator.live.service import Service, add_election_arguments, elector_from
+from aggregator.placement.live.events import EventRecorder
 from aggregator.registry import add_source_arguments, load_sources
-from aggregator.service import Service, add_election_arguments, elector_from
 from aggregator.sources import Source
 from aggregator.sources.measured import MeasuredFabric
 from aggregator.sources.nodetopology import NodeReports
-from aggregator.tree_explain import Narrator
+from aggregator.tree.explain import Narrator
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ class Controller:
         self.last_beat = time.monotonic()
         wake = self.changed.set
         # the changed keys of these three drive the feed (`view().changed`)
-        # slim records (aggregator.slim): the parsed report, the Node and agent pod fields read
+        # slim records (aggregator.live.slim): the parsed report, the Node and agent pod fields read
         self.topologies = Informer(kube, kubeapi.NODETOPOLOGIES, on_change=wake, track_changes=True,
                                    transform=slim.slim_topology)
         self._node_record = slim.aggregator_node(options.node_label_keys)
@@ -234,9 +234,9 @@ class Controller:
         self.hypernodes = Informer(kube, kubeapi.HYPERNODES, on_change=wake)
         self.applier = Applier(kubeapi.HyperNodeClient(kube), may_write=may_write)
         self.marker = NodeMarker(kubeapi.NodeClient(kube, label_manager=LABEL_MANAGER), may_write=may_write)
-        # with --node-labels, Kueue's Topology names those labels (aggregator.kueue_topology)
+        # with --node-labels, Kueue's Topology names those labels (aggregator.live.kueue_topology)
         self.kueue = TopologyKeeper(TopologyClient(kube), may_write=may_write) if options.node_labels else None
-        # and so does KAI's (aggregator.kai_topology); each is left out where its CRD is not served
+        # and so does KAI's (aggregator.live.kai_topology); each is left out where its CRD is not served
         self.kai = KaiTopologyKeeper(KaiTopologyClient(kube), may_write=may_write) if options.node_labels else None
         self._hn_overlay = Overlay()
         self._pod_nodes: dict[str, str] = {}  # agent pod key -> its node, for pods that go away
@@ -512,7 +512,7 @@ def pipeline_compute(
     """The pure pipeline (aggregator.pipeline) fed with the live view plus the sources (loaded from
     the options, as `render` loads them, unless given); `metrics` get the structural hold-down's
     count of held nodes after each compute."""
-    from aggregator.feed import PipelineFeed
+    from aggregator.live.feed import PipelineFeed
     from aggregator.pipeline import Pipeline
 
     pipeline = Pipeline(
@@ -548,7 +548,7 @@ def run(args: argparse.Namespace) -> int:
         sources = load_sources(args, live=True)
         compute = pipeline_compute(args, sources, metrics)
     except (OSError, ValueError) as exc:  # the sources' errors name the file and line
-        from aggregator.cli import exit_code_of  # 1: a file, 2: an option's value
+        from aggregator.inputs import exit_code_of  # 1: a file, 2: an option's value
 
         log.error("hypertopo-aggregator run: %s", exc)
         return exit_code_of(exc)
@@ -597,7 +597,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """`hypertopo-aggregator run`'s options on their own (`python -m aggregator.controller`)."""
+    """`hypertopo-aggregator run`'s options on their own (`python -m aggregator.live.controller`)."""
     parser = CommandParser(prog="hypertopo-aggregator run", description=__doc__)
     add_run_arguments(parser)
     return parser

@@ -8,7 +8,7 @@ remembers what it last gave the pipeline, and per cycle hands it only the differ
 changes at once, the resync period elapsed) is a full `compute`. Parsed reports are cached by
 resourceVersion, so an unchanged NodeTopology is never parsed twice.
 
-Every report passes the structural hold-down (aggregator.structural_hold) on its way in: a report
+Every report passes the structural hold-down (aggregator.live.structural_hold) on its way in: a report
 that lost its cabling keeps its previous structural facts for `structural_hold` seconds, so a
 restarting agent or a few lost LLDP frames never delete and re-create a HyperNode. The nodes whose
 hold runs out are looked at again as if their report had changed, and the hold's deadline is part
@@ -23,10 +23,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from agent.report import NodeReport
+from agent.common.report import NodeReport
+from aggregator.live.structural_hold import DEFAULT_SECONDS, StructuralHold
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline, sources_of
 from aggregator.sources import Source, nodetopology
-from aggregator.structural_hold import DEFAULT_SECONDS, StructuralHold
 
 log = logging.getLogger(__name__)
 

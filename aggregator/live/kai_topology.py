@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from aggregator import kueue_topology
-from aggregator.kueue_topology import DEFAULT_NAME, TopologyKeeper
+from aggregator.live import kueue_topology
+from aggregator.live.kueue_topology import DEFAULT_NAME, TopologyKeeper
 
 API_VERSION = "kai.scheduler/v1alpha1"
 

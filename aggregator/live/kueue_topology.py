@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agent.api_error import ApiError
-from aggregator.node_marks import LABEL_PREFIX
+from agent.common.api_error import ApiError
+from aggregator.live.node_marks import LABEL_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class TopologyKeeper:
     gone, reads it back at most every RECHECK_SECONDS. Returns the number of API writes.
 
     `owner` and `api_version` name the scheduler in the log and `render` makes its object: KAI's
-    Topology has the same shape and rules in another group (aggregator.kai_topology)."""
+    Topology has the same shape and rules in another group (aggregator.live.kai_topology)."""
 
     owner = "Kueue"
     api_version = API_VERSION

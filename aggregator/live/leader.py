@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from aggregator.reconcile import ApiError
+from aggregator.live.reconcile import ApiError
 
 log = logging.getLogger(__name__)
 

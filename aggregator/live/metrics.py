@@ -25,7 +25,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from aggregator.tree_explain import EMPTY_REASONS, NODE_REASONS, Explanation
+from aggregator.tree.explain import EMPTY_REASONS, NODE_REASONS, Explanation
 
 PREFIX = "hypertopo_aggregator"
 
@@ -129,17 +129,17 @@ class AggregatorMetrics:
         self.tree_empty_reason = Gauge(
             f"{PREFIX}_tree_empty_reason",
             "1 for the reason the HyperNode tree is empty (no_fabric_source, no_lldp_neighbours, ...; "
-            "aggregator.tree_explain), 0 for every other reason; all 0 while the tree has HyperNodes",
+            "aggregator.tree.explain), 0 for every other reason; all 0 while the tree has HyperNodes",
             ["reason"],
             registry=r,
         )
         self.nodes_unplaced = Gauge(
-            f"{PREFIX}_nodes_unplaced", "Nodes in no HyperNode, by reason (aggregator.tree_explain)", ["reason"], registry=r
+            f"{PREFIX}_nodes_unplaced", "Nodes in no HyperNode, by reason (aggregator.tree.explain)", ["reason"], registry=r
         )
         self.structure_held_nodes = Gauge(
             f"{PREFIX}_structure_held_nodes",
             "Nodes whose report lost cabling (LLDP neighbours, RDMA devices, NVLink domain) and whose previous "
-            "structural facts are kept for --structural-hold-down (aggregator.structural_hold)",
+            "structural facts are kept for --structural-hold-down (aggregator.live.structural_hold)",
             registry=r,
         )
 

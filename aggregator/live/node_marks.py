@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aggregator.reconcile import ApiError, NotLeader
+from aggregator.live.reconcile import ApiError, NotLeader
 
 log = logging.getLogger(__name__)
 

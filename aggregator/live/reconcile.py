@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from agent.api_error import ApiError as ApiError  # re-exported: callers catch it from here
+from agent.common.api_error import ApiError as ApiError  # re-exported: callers catch it from here
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
-from aggregator.leader import ElectionConfig, LeaderElector, LeaseStore
+from aggregator.live.leader import ElectionConfig, LeaderElector, LeaseStore
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Why: an informer that keeps whole objects keeps what nobody reads. A kubelet's N
 `status.images` (50-100 entries), managedFields of every writer and the heartbeat fields; a
 NodeTopology is ~17 kB of JSON that the aggregator parses anyway, so the raw object and its parsed
 report were both held. At ~80 MB per 1,000 nodes a replica was OOM-killed past ~13,000 nodes. The
-informers (agent.adapters.informer, `transform`) therefore keep, per kind, a smaller dict of the
+informers (agent.common.adapters.informer, `transform`) therefore keep, per kind, a smaller dict of the
 same shape, so every reader keeps working on it unchanged (the client-go informer transform idea):
 
 - Node (`slim_node`): name, uid, resourceVersion, every label (the scheduler's node selectors and
@@ -17,7 +17,7 @@ same shape, so every reader keeps working on it unchanged (the client-go informe
 - NodeTopology (`slim_topology`): name, uid, resourceVersion, the digest of the probe-plan row in
   its status (`measure_rows.PLAN_DIGEST_KEY`) and the parsed report (or why it could not be parsed)
   under `nodetopology.PARSED_KEY`; `report_from_object` returns it as is. The
-  report is the aggregator's copy (aggregator.slim_report): the fields no aggregator module reads
+  report is the aggregator's copy (aggregator.live.slim_report): the fields no aggregator module reads
   (GPU UUIDs, MACs, LIDs, ...) dropped (`trim_report`), its equal parts (NVLink domain, health
   values, interfaces, repeated strings) shared between reports (`share_report`).
 - Pod (`slim_pod`, the scheduler's): metadata without managedFields and the kubectl
@@ -39,9 +39,9 @@ import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from agent.measure_rows import PLAN_DIGEST_KEY
-from aggregator.node_marks import DEGRADED_MANAGER, LABEL_MANAGER, LABEL_PREFIX
-from aggregator.slim_report import share_report, trim_report
+from agent.common.measure_rows import PLAN_DIGEST_KEY
+from aggregator.live.node_marks import DEGRADED_MANAGER, LABEL_MANAGER, LABEL_PREFIX
+from aggregator.live.slim_report import share_report, trim_report
 from aggregator.sources import Source
 from aggregator.sources.nodetopology import PARSED_KEY, report_from_object
 

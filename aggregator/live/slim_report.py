@@ -22,7 +22,7 @@ kept as reported. What the aggregator reads, and so keeps:
   NICs); MAC, MTU and speed are dropped, so an interface is equal on every node of a kind;
 - `lldp`: interface, chassis ID, port ID, system name and capabilities (which switch, whether it
   is one); TTL, subtypes, descriptions and management addresses are dropped.
-`host` is dropped whole. tests/test_slim_records.py builds trees, health, cross-checks, fabric
+`host` is dropped whole. tests/live/test_slim_records.py builds trees, health, cross-checks, fabric
 joins and explanations from whole and trimmed reports and finds them equal.
 
 `share_report` then replaces equal value parts (NVLink domain, component health, interfaces,
@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from agent.report import (
+from agent.common.report import (
     ComponentHealth,
     GpuFabric,
     Interface,

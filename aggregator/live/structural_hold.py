@@ -27,7 +27,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.report import LldpNeighbour, NodeReport, NvLinkDomain
+from agent.common.report import LldpNeighbour, NodeReport, NvLinkDomain
 
 log = logging.getLogger(__name__)
 

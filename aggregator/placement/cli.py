@@ -1,6 +1,6 @@
 """`hypertopo-scheduler`: `run` (the live scheduler) and `simulate` (replay a job trace offline).
 
-`run` lives in `aggregator.placement.scheduler` and is imported only when asked for, so
+`run` lives in `aggregator.placement.live.scheduler` and is imported only when asked for, so
 `simulate` works without the Kubernetes client being configured.
 """
 
@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 
 from agent.cluster_model import ModelError, load_model
-from agent.command_line import EXIT_INPUT, CommandParser, add_common_arguments, one_line, setup_logging
-from aggregator.placement import spares
-from aggregator.placement.policies import POLICIES, policy
-from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
-from aggregator.placement.topology import build
-from aggregator.placement.trace import TraceError, load_trace, synthetic
+from agent.common.command_line import EXIT_INPUT, CommandParser, add_common_arguments, one_line, setup_logging
+from aggregator.placement.core import spares
+from aggregator.placement.core.topology import build
+from aggregator.placement.sim.policies import POLICIES, policy
+from aggregator.placement.sim.simulate import Simulation, model_hypernodes, node_capacity
+from aggregator.placement.sim.trace import TraceError, load_trace, synthetic
 
 SIMULATE_HELP = """\
 Replays a job trace over a cluster model file and prints JSON figures: decision latency p50/p99,
@@ -26,7 +26,7 @@ share of gangs at the lowest feasible tier, mean lowest-common tier, leaves per 
 utilisation, queueing delay and evictions; with node failures, the recoveries (kept their tier, on
 spares), the time to whole and the whole-time ratio. The HyperNodes are what `hypertopo-aggregator render
 --model` gives for the same model (the aggregator's own tier inference). The job file format is
-documented in aggregator/placement/trace.py.
+documented in aggregator/placement/sim/trace.py.
 
 example: hypertopo-scheduler simulate --model cluster.yaml --synthetic 500 --policy first-fit
 """
@@ -120,7 +120,7 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser], load: boo
     if not load:  # only `run` pays for importing the live scheduler and the Kubernetes client
         return
     try:
-        scheduler = importlib.import_module("aggregator.placement.scheduler")
+        scheduler = importlib.import_module("aggregator.placement.live.scheduler")
     except ImportError as exc:
         reason = str(exc)
         run.set_defaults(handler=lambda _args: _missing_run(reason))

@@ -65,7 +65,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
-    from agent.report import NodeReport
+    from agent.common.report import NodeReport
     from aggregator.graph import FabricGraph
 
 Worker = tuple[str, Callable[[threading.Event], None]]  # thread name, loop that returns once the event is set

@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from agent.input_limits import clean_name
+from agent.common.input_limits import clean_name
 from aggregator.graph import FabricGraph, NodeFacts, normalise_guid
 from aggregator.sources import Cluster, Source, regex_option
 

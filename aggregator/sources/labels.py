@@ -4,7 +4,7 @@ Many clusters label nodes with their place (`topology.kubernetes.io/zone`, a blo
 from the provider), the way Kueue's Topology levels name them: an ordered list of label keys,
 broadest first. Each level groups nodes by their values for that key and every broader one, so
 "rack r1" in zone a and "rack r1" in zone b are different domains. Tier inference places these
-domains above what the switch fabric shows (aggregator.tiers).
+domains above what the switch fabric shows (aggregator.tiers.infer).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ controller.
 What it does, every `--measured-period` seconds on a worker thread beside reconcile, from the
 controller's own caches (the HyperNodes and the NodeTopology reports: no API reads of its own):
 
-* plans: each measuring node's row of the probe plan (agent.measure_rows), handed to the
+* plans: each measuring node's row of the probe plan (agent.common.measure_rows), handed to the
   publisher, which writes it into that node's NodeTopology status when it changed; the agents
   read only their own object;
 * folds the measurements over the published tree (aggregator.measured) when they or the tree
@@ -39,10 +39,10 @@ from typing import Any, ClassVar
 
 from prometheus_client.core import GaugeMetricFamily
 
+from agent.common.measure_rows import PlanRow, rows
+from agent.common.report import Measurement, NodeReport
 from agent.measure_plan import Domain, domains_from_hypernodes, tree_digest
-from agent.measure_rows import PlanRow, rows
 from agent.probes.fabric_rtt import ABSOLUTE_BAND_US, RELATIVE_BAND
-from agent.report import Measurement, NodeReport
 from aggregator.graph import FabricFault, FabricGraph
 from aggregator.measured import Fold, LeafGuess, fold, infer_leaves, leaf_cut
 from aggregator.sources import Cluster, Worker

@@ -25,8 +25,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent.input_limits import clean_name, scalar_text, visible
-from agent.report import LldpNeighbour, NodeReport, WireError, report_from_spec
+from agent.common.input_limits import clean_name, scalar_text, visible
+from agent.common.report import LldpNeighbour, NodeReport, WireError, report_from_spec
 from aggregator.graph import FabricGraph, NodeFacts
 from aggregator.sources import Cluster, Source, regex_option
 
@@ -37,7 +37,7 @@ def switch_id(system_name: str | None, chassis_id: str) -> str:
     """The ID a switch goes by: its LLDP system name (blanks around it dropped), else its chassis ID
     (lower-cased). A name with a control character or longer than a DNS name is no name (the
     chassis ID stands in), and a chassis ID with one is written with escapes: every source names a
-    switch by this one rule (`agent.input_limits.clean_name`), so `leaf1` and `leaf1\\n` are one
+    switch by this one rule (`agent.common.input_limits.clean_name`), so `leaf1` and `leaf1\\n` are one
     switch, and a look-alike is never another switch's name."""
     name = clean_name(system_name) if system_name else None
     return name or visible(chassis_id.strip().lower())
@@ -194,7 +194,7 @@ class NodeReports(Source):
         graph.set_facts_of_nodes(facts)
 
 
-# where an informer's slim record (aggregator.slim) keeps the report it parsed on arrival, or the
+# where an informer's slim record (aggregator.live.slim) keeps the report it parsed on arrival, or the
 # reason it could not: not a field a NodeTopology can have, so it never clashes with one
 PARSED_KEY = "hypertopo.io/parsed-report"
 
@@ -204,7 +204,7 @@ def report_from_object(obj: Mapping[str, Any]) -> NodeReport:
 
     The object name is the node name; a spec without nodeName takes it from there. Raises
     WireError (a ValueError naming the field) for anything of the wrong shape. A slim record
-    (aggregator.slim) hands back the report parsed on arrival, or raises its reason again."""
+    (aggregator.live.slim) hands back the report parsed on arrival, or raises its reason again."""
     parsed = obj.get(PARSED_KEY)
     if isinstance(parsed, NodeReport):
         return parsed

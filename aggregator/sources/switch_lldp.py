@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.input_limits import InputLimitError, load_json, scalar_text
+from agent.common.input_limits import InputLimitError, load_json, scalar_text
 from aggregator import crosscheck
 from aggregator.graph import FabricGraph
 from aggregator.sources import Cluster, Source
@@ -138,7 +138,7 @@ def fabric_hosts(tables: Iterable[SwitchTable]) -> frozenset[str]:
     without Bridge or Router, that no table belongs to and that no entry announces as a switch.
 
     They are cabled as a dump's CAs are (`FabricGraph.attach_host`), so the leaves, and every level
-    above them (aggregator.tier_levels.fabric_hosts_on), do not move with the set of Nodes."""
+    above them (aggregator.tiers.levels.fabric_hosts_on), do not move with the set of Nodes."""
     tables = tuple(tables)
     switches = {t.switch for t in tables}
     switches.update(n.name for t in tables for n in t.neighbours if n.is_switch)

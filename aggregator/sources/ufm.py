@@ -48,7 +48,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from agent.input_limits import ascii_int
+from agent.common.input_limits import ascii_int
 from aggregator.collector import collector_paused
 from aggregator.sources.ufm_items import (
     _GUID,

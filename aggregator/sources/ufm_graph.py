@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import attrgetter, itemgetter
 
-from agent.input_limits import clean_name
+from agent.common.input_limits import clean_name
 from aggregator.graph import FabricFault, FabricGraph
 from aggregator.sources.ibnetdiscover import HostNames
 from aggregator.sources.ufm import UfmFabric

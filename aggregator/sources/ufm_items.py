@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
-from agent.input_limits import ascii_int, scalar_text, short
+from agent.common.input_limits import ascii_int, scalar_text, short
 from aggregator.graph import normalise_guid
 
 # InfiniBand per-lane rates by name (IBTA: SDR 2.5 ... XDR 200 Gb/s per lane)

@@ -1,4 +1,4 @@
-"""Candidate domains of tier inference (aggregator.tiers), over node classes (aggregator.tier_classes).
+"""Candidate domains of tier inference (aggregator.tiers.infer), over node classes (aggregator.tiers.classes).
 
 * `nvlink`: nodes sharing a multi-node NVLink clique;
 * `leaf`: nodes cabled to the same SET of switches (on a rail-optimised fabric every node of a
@@ -6,11 +6,11 @@
   cabled to most of a bigger group's leaves (one rail cable down) belongs to that group, and its
   missing cables are listed as a fault of the node;
 * `spine`, `core` (and `core2`, ... on deeper fabrics): switches one, two, ... levels above the
-  leaves (aggregator.tier_levels); leaf domains whose uplinks reach a common switch of a level
+  leaves (aggregator.tiers.levels); leaf domains whose uplinks reach a common switch of a level
   share that level's domain;
 * label levels (sources.labels): above the highest switch level, finest label first.
 
-The domains are built, and kept per part between inferences, by aggregator.tier_parts.
+The domains are built, and kept per part between inferences, by aggregator.tiers.parts.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple, TypeVar
 
 from aggregator.graph import FabricGraph
-from aggregator.tier_classes import NodeClasses
-from aggregator.tier_levels import switch_kind
+from aggregator.tiers.classes import NodeClasses
+from aggregator.tiers.levels import switch_kind
 
 NVLINK = "nvlink"
 K = TypeVar("K")
@@ -73,7 +73,7 @@ def settle_leaf_sets(
     input order. A node dual-homed to two leaves shares only half its leaves with either leaf's
     nodes, and they half of theirs with it, so it stays a group of its own, as does a node with
     half its rails down. A set's fate reads only the groups sharing a leaf with it, so sets that
-    share no leaf, directly or through others, can be settled apart (aggregator.tier_parts)."""
+    share no leaf, directly or through others, can be settled apart (aggregator.tiers.parts)."""
     grown: dict[frozenset[str], int] = {}  # group -> nodes so far
     holding: dict[str, list[frozenset[str]]] = defaultdict(list)  # leaf -> groups with it
     group_of: dict[frozenset[str], frozenset[str]] = {}

@@ -1,6 +1,6 @@
 """Node classes: nodes alike in everything tier inference reads, standing for all their nodes.
 
-Inference (aggregator.tiers) never looks at nodes one by one: nodes cabled to the same switches, in
+Inference (aggregator.tiers.infer) never looks at nodes one by one: nodes cabled to the same switches, in
 the same NVLink clique and with the same label path form a class, and candidates, levels and
 nesting are worked out over classes, each weighing its number of nodes. A GB200 rack is one class
 of 18 nodes, so 100,000 nodes are ~5,600 classes. The classes are kept up to date node by node
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aggregator.graph import FabricGraph
-from aggregator.tier_levels import SwitchLevels, switch_levels
+from aggregator.tiers.levels import SwitchLevels, switch_levels
 
 # what inference reads of a node: attached switches, NVLink clique, label path
 Signature = tuple[frozenset[str], str | None, tuple[tuple[str, str], ...]]

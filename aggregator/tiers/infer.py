@@ -1,7 +1,7 @@
 """Tier inference: `infer(graph) -> DomainTree`, the nested performance domains of a fabric.
 
-The parts: node classes (aggregator.tier_classes), switch levels (aggregator.tier_levels),
-candidate domains (aggregator.tier_candidates); ranking, nesting and the tree are here.
+The parts: node classes (aggregator.tiers.classes), switch levels (aggregator.tiers.levels),
+candidate domains (aggregator.tiers.candidates); ranking, nesting and the tree are here.
 
 Candidate domains come from the graph:
 
@@ -15,7 +15,7 @@ Candidate domains come from the graph:
 * label levels (sources.labels): above the highest switch level, finest label first.
 
 Switch levels are peeled from the leaves upward by what most of a switch's neighbours are
-(aggregator.tier_levels): the leaves are every switch any host the fabric sources know is cabled
+(aggregator.tiers.levels): the leaves are every switch any host the fabric sources know is cabled
 to, Nodes or not, so which hosts are Nodes never moves a level; a switch next to the leaves is a
 spine unless a spine it is cabled to has more leaves below it (a core with a rack of its own);
 a hostless switch hanging from one other switch is a leaf that ranks nothing. Declared links (a
@@ -47,11 +47,11 @@ from operator import attrgetter
 
 from aggregator.graph import FabricGraph
 from aggregator.layered import Layered
-from aggregator.tier_candidates import NVLINK, Domain
-from aggregator.tier_classes import NodeClasses, Signature, signature_of
-from aggregator.tier_levels import switch_kind
-from aggregator.tier_nesting import Nesting, nest, renest
-from aggregator.tier_parts import CandidateParts
+from aggregator.tiers.candidates import NVLINK, Domain
+from aggregator.tiers.classes import NodeClasses, Signature, signature_of
+from aggregator.tiers.levels import switch_kind
+from aggregator.tiers.nesting import Nesting, nest, renest
+from aggregator.tiers.parts import CandidateParts
 
 __all__ = [
     "NVLINK",
@@ -100,7 +100,7 @@ class DomainTree:
     # keys whose TreeDomain is a new object since `previous` (None: built from scratch); every other
     # domain is the previous tree's very object
     rebuilt: frozenset[str] | None = field(default=None, compare=False, repr=False)
-    # the candidates kept per part, and this tree's claim on them (aggregator.tier_parts)
+    # the candidates kept per part, and this tree's claim on them (aggregator.tiers.parts)
     parts: tuple[CandidateParts, object] | None = field(default=None, compare=False, repr=False)
 
     def ancestors(self, key: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Switch levels: how high each switch sits above the host-carrying switches (aggregator.tiers).
+"""Switch levels: how high each switch sits above the host-carrying switches (aggregator.tiers.infer).
 
 Levels are peeled from the leaves upward, by what most of a switch's neighbours are:
 
@@ -18,7 +18,7 @@ Levels are peeled from the leaves upward, by what most of a switch's neighbours 
 
 Every rule reads what most of a switch's neighbours are, never a distance to the farthest switch,
 so a dead switch, a missing cable or a stray leaf changes the levels of the switches it touches
-at most (tests/test_tiers_under_damage.py proves it over perturbed fabrics).
+at most (tests/fuzz/test_tiers_under_damage.py proves it over perturbed fabrics).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Nesting of candidate domains (aggregator.tiers): accepting them smallest rank first, and
+"""Nesting of candidate domains (aggregator.tiers.infer): accepting them smallest rank first, and
 re-nesting after a small change by replaying only the domains the change can reach.
 
 A domain's outcome (accepted with its children and direct classes, merged into a root, or dropped)
@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aggregator.tier_candidates import Domain
+from aggregator.tiers.candidates import Domain
 
 
 @dataclass

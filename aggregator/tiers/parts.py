@@ -1,4 +1,4 @@
-"""Candidate domains kept per part between inferences (aggregator.tiers, aggregator.tier_candidates).
+"""Candidate domains kept per part between inferences (aggregator.tiers.infer, aggregator.tiers.candidates).
 
 Every candidate depends on a small part of the classes only, so after a node moved between classes
 (`dirty`: the class ids whose members changed) only the parts those classes touch are worked out
@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from aggregator.graph import FabricGraph
-from aggregator.tier_candidates import NVLINK, Domain, label_domains, settle_leaf_sets, switch_domain
-from aggregator.tier_classes import NodeClasses
-from aggregator.tier_levels import SwitchLevels, fabric_hosts_on, promoted_switches, switch_kind
+from aggregator.tiers.candidates import NVLINK, Domain, label_domains, settle_leaf_sets, switch_domain
+from aggregator.tiers.classes import NodeClasses
+from aggregator.tiers.levels import SwitchLevels, fabric_hosts_on, promoted_switches, switch_kind
 
 LeafSet = frozenset[str]
 Entry = tuple[frozenset[str], str | None, int]  # what the parts read of a class: switches, clique, nodes
@@ -66,7 +66,7 @@ class CandidateParts:
         self.seen: dict[str, Entry] = {}  # class -> switches, clique, nodes
         self.hosts_on: dict[str, int] = {}  # switch -> nodes cabled to it
         # switch -> hosts the fabric sources cable to it, Nodes or not: the leaves never depend on
-        # which hosts are Nodes (aggregator.tier_levels)
+        # which hosts are Nodes (aggregator.tiers.levels)
         self.fabric_hosts = fabric_hosts_on(graph)
         self.peers: dict[str, set[str]] = defaultdict(set)  # switch links, both ways
         for a, b in graph.switch_links:

@@ -1,10 +1,10 @@
 """`hypertopo-aggregator tree`: the HyperNode tree in the terminal, live or from a saved render.
 
-Live, it lists the cluster's HyperNodes through the shared client (`agent.adapters.kube.connect`:
+Live, it lists the cluster's HyperNodes through the shared client (`agent.common.adapters.kube.connect`:
 --kubeconfig, else the pod's service account, else what kubectl reads), imported only then, so
 `tree --from FILE` works without a cluster. Colour goes to a terminal, plain text down a pipe
 (`NO_COLOR` is honoured; `--color` overrides both). Live, it also lists the Nodes and NodeTopology
-reports and says which Nodes are in no HyperNode and why (aggregator.tree_explain); from a file it
+reports and says which Nodes are in no HyperNode and why (aggregator.tree.explain); from a file it
 can only point at `render`'s stderr and the aggregator's log.
 """
 
@@ -16,10 +16,10 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent.command_line import EXIT_INPUT, add_common_arguments, number_argument, one_line
+from agent.common.command_line import EXIT_INPUT, add_common_arguments, number_argument, one_line
 from aggregator.object_files import of_kind, read_objects
-from aggregator.tree import Tree, View, render_text
-from aggregator.tree_explain import HeardReports, explain
+from aggregator.tree.explain import HeardReports, explain
+from aggregator.tree.model import Tree, View, render_text
 
 _positive_int = number_argument(int, "whole number", 1, "must be 1 or more")
 
@@ -61,7 +61,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def explain_tree(tree: Tree, nodes: Iterable[str], topologies: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Why the cluster's Nodes are in no HyperNode of `tree` (aggregator.tree_explain); which fabric
+    """Why the cluster's Nodes are in no HyperNode of `tree` (aggregator.tree.explain); which fabric
     sources the aggregator has is not known here, so the lines say so."""
     placed = {node for domain in tree.domains.values() for node in domain.nodes}
     names = set(nodes)
@@ -72,8 +72,8 @@ def explain_tree(tree: Tree, nodes: Iterable[str], topologies: Mapping[str, Mapp
 
 def _live_explanation(kubeconfig: str | None, tree: Tree) -> list[str]:
     """`explain_tree` over the cluster's Nodes and NodeTopology reports (nothing when they cannot be listed)."""
-    from agent.adapters.kube import NODES, NODETOPOLOGIES, connect
-    from agent.api_error import ApiError
+    from agent.common.adapters.kube import NODES, NODETOPOLOGIES, connect
+    from agent.common.api_error import ApiError
 
     try:
         client = connect(kubeconfig)
@@ -98,8 +98,8 @@ def read_file(source: str) -> list[Mapping[str, Any]]:
 
 
 def _live(kubeconfig: str | None) -> list[Mapping[str, Any]] | None:
-    from agent.adapters.kube import HYPERNODES, connect  # only a live tree needs the client
-    from agent.api_error import ApiError
+    from agent.common.adapters.kube import HYPERNODES, connect  # only a live tree needs the client
+    from agent.common.api_error import ApiError
 
     try:
         items, _ = connect(kubeconfig).list(HYPERNODES)

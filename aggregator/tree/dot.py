@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from aggregator.tree import POSITIVE, Domain, Tree
+from aggregator.tree.model import POSITIVE, Domain, Tree
 
 FILL = {"healthy": "#c8e6c9", "warn": "#ffe0b2", "bad": "#ffcdd2"}
 NODE_FILL = {"healthy": "#f5f5f5", "warn": "#ffb74d", "bad": "#e57373"}

@@ -28,8 +28,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from agent.command_line import summarise
-from agent.report import NodeReport
+from agent.common.command_line import summarise
+from agent.common.report import NodeReport
 from aggregator.sources.nodetopology import cabled_switches, report_from_object
 
 log = logging.getLogger(__name__)

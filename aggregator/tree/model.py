@@ -4,7 +4,7 @@
 without reading YAML. This module turns HyperNode objects (live, or a `render` output) into the
 nested tree: tier name, HyperNode, node count, its state with the reason, and the unhealthy nodes
 under the domain that holds them. Pure: objects in, text out (the Graphviz form is
-`aggregator.tree_dot`); `hypertopo-aggregator tree` does the reading and the printing.
+`aggregator.tree.dot`); `hypertopo-aggregator tree` does the reading and the printing.
 
 Conditions are read generically by type, as Kubernetes does: `Ready` is good when True, every
 other type (`FabricDegraded`, and whatever comes next) is bad when True. The nodes a condition

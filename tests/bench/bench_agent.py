@@ -1,4 +1,4 @@
-"""Agent benchmark: `python tests/bench_agent.py [--cycles N] [--steady SECONDS] [--json]`.
+"""Agent benchmark: `python tests/bench/bench_agent.py [--cycles N] [--steady SECONDS] [--json]`.
 
 Measures, on this machine:
 - full probe cycle (HGX H100 NVML fake + the 8-HCA sysfs fixture + 9 links + one LLDP neighbour):
@@ -27,16 +27,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))
 
 from agent_host import HGX_SYSFS, fixture_prober  # noqa: E402
 from controlplane.harness import running  # noqa: E402
 from realparts import free_port, http_get, wait_for  # noqa: E402
 
 from agent.adapters.node_topology import KubeApi  # noqa: E402
-from agent.report import node_topology_object  # noqa: E402
+from agent.common.report import node_topology_object  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

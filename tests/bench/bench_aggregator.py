@@ -1,6 +1,6 @@
 """Aggregator benchmark: prints figures for docs/benchmarks.md and the issue.
 
-    python tests/bench_aggregator.py [--nodes 10000 100000]
+    python tests/bench/bench_aggregator.py [--nodes 10000 100000]
 
 For each size, a GB200-style rail-optimised cluster model is generated: scalable units (SU) of two
 NVL72 racks (2 x 18 compute trays), four rails (one leaf per SU and rail), a spine per pod of 8 SUs
@@ -23,7 +23,7 @@ timed). Timed:
   runs over the classes again, only the domains whose classes changed are rebuilt) — each moved
   away and back 10 times; best, median and max; target < 100 ms;
 * last rows: a UFM answer for 10,000 hosts (one HCA each, then four) and 600 switches, from the
-  bytes UFM sends to the facts merged into the graph (tests/bench_ufm.py; target < 1 s): the answer
+  bytes UFM sends to the facts merged into the graph (tests/bench/bench_ufm.py; target < 1 s): the answer
   the poller asks for (the active ports, `ports?active=true`), and under `whole_listing` the whole
   port listing (every switch's 64 ports, cabled or not) for comparison.
 """
@@ -38,9 +38,9 @@ import statistics
 import time
 
 from agent.cluster_model import DOMAIN_ANNOTATION, ClusterModel, parse_model
+from agent.common.report import ComponentHealth, Health, NodeReport
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport
-from aggregator.controller import freeze_start_up_heap
+from aggregator.live.controller import freeze_start_up_heap
 from aggregator.pipeline import ClusterInputs, Pipeline
 
 RAILS = 4
@@ -100,7 +100,7 @@ def bench(size: int) -> dict[str, object]:
     generate = time.perf_counter() - start
     # the reports are ~90 objects each (9 million at 100,000 nodes): as the controller does once its
     # informers have listed everything, one collection and then out of the collector's sight
-    # (aggregator.controller.freeze_start_up_heap), so full collections do not walk them again
+    # (aggregator.live.controller.freeze_start_up_heap), so full collections do not walk them again
     freeze_start_up_heap()
     inputs = ClusterInputs(reports=reports, node_ready=dict.fromkeys(names, True), model=model)
     pipeline = Pipeline(ready_threshold=0, hold_down_seconds=0, freeze_built_state=True)  # as the controller
@@ -184,7 +184,7 @@ def _other_clique(report: NodeReport, reports: dict[str, NodeReport], names: lis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--no-ufm", action="store_true", help="skip the UFM row (tests/bench_ufm.py)")
+    parser.add_argument("--no-ufm", action="store_true", help="skip the UFM row (tests/bench/bench_ufm.py)")
     args = parser.parse_args()
     for size in args.nodes:
         print(json.dumps(bench(size)), flush=True)

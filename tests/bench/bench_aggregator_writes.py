@@ -6,7 +6,7 @@ racks of 18 nodes under their leaves, 7 spines, one core) through the controller
 writes each step made and the time of recompute + diff. Only the affected HyperNodes (the node's
 rack/leaf and the domains above it) must be written.
 
-    python tests/bench_aggregator_writes.py [--nodes-per-rack 18] [--racks 56]
+    python tests/bench/bench_aggregator_writes.py [--nodes-per-rack 18] [--racks 56]
 """
 
 from __future__ import annotations
@@ -17,19 +17,20 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))
 
 import yaml
 from controlplane.harness import running
 
 from agent.cluster_model import parse_model
+from agent.common.report import ComponentHealth, Health, node_topology_object
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, node_topology_object
 from aggregator.adapters.kube import HYPERNODES, HyperNodeClient, connect
-from aggregator.feed import PipelineFeed, StaticSources
+from aggregator.live.feed import PipelineFeed, StaticSources
+from aggregator.live.reconcile import Applier, plan
 from aggregator.pipeline import Pipeline
-from aggregator.reconcile import Applier, plan
 
 
 def model_text(racks: int, per_rack: int, leaves_per_spine: int = 8) -> str:

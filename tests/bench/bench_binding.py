@@ -1,6 +1,6 @@
 """Binding throughput of hypertopo-scheduler against the real API server (target >= 1,000 pods/s).
 
-    python tests/bench_binding.py [--pods 2000] [--gang 4] [--nodes 100] [--workers 32]
+    python tests/bench/bench_binding.py [--pods 2000] [--gang 4] [--nodes 100] [--workers 32]
                                   [--rounds lean] (e.g. --rounds generated,lean: an A/B on one control plane)
 
 Starts the test control plane (etcd + kube-apiserver, tests/controlplane), creates --nodes Node
@@ -14,7 +14,7 @@ machine, and the control plane's CPU (kube-apiserver, etcd) in the same window: 
 machine they share the cores with the scheduler, and they are where the limit is.
 
 `--rounds` runs the measurement several times on the same control plane, one round per name:
-`lean` is the scheduler as shipped (client: agent.adapters.kube_http), `generated` sends the same
+`lean` is the scheduler as shipped (client: agent.common.adapters.kube_http), `generated` sends the same
 requests through the generated `kubernetes` client's transport (urllib3), as before that existed,
 and `lean-status-first` writes each gang's PodGroup status at once, as before status writes yielded
 to pending binds. The PodGroup status writes that yield still happen, one per gang: each round
@@ -35,14 +35,15 @@ from typing import Any
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))
 
 from controlplane.harness import ControlPlane, running
 from placement_live import Cluster, parallel
 
 from aggregator.placement.adapters import kube
-from aggregator.placement.scheduler import Options, Scheduler
+from aggregator.placement.live.scheduler import Options, Scheduler
 
 
 class BoundCounter:

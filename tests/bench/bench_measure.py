@@ -1,7 +1,7 @@
 """Measured-fabric benchmark: what the probe plan costs per node at 10k nodes, and how long the
 aggregator takes to fold 10k nodes' measurements (target < 1 s).
 
-    python tests/bench_measure.py [--nodes 10240] [--count 20] [--interval 300] [--runs 3]
+    python tests/bench/bench_measure.py [--nodes 10240] [--count 20] [--interval 300] [--runs 3]
 
 The cluster is a three-tier fat tree (leaves of 32 nodes, spines of 16 leaves, one root). Figures:
 plan size and in-degree per node (against the N-1 peers of all-pairs probing), datagrams and bytes
@@ -11,7 +11,7 @@ the time every agent takes to compute the plan, and the time to fold the cluster
 and to infer leaves from them (best of --runs). Prints JSON.
 
 The fold, the leaf inference and the live source's fold step are timed beside the per-pair fold
-they replaced (tests/measured_fold_reference.py), old and new in turn in each run, wall and CPU
+they replaced (tests/bench/measured_fold_reference.py), old and new in turn in each run, wall and CPU
 seconds, with the ratio and the load average, on the healthy fabric and on a degraded one (slow and
 mis-cabled nodes, lossy and unanswered pairs, a third of the nodes over RDMA, bandwidth trains
 with one slow uplink); each pair of results is checked equal.
@@ -33,9 +33,9 @@ import measured_fold_reference as reference
 
 import aggregator.sources.measured as measured_source
 from agent.adapters.udp_probe import BURST_SIZE, PACKET_SIZE, UdpResponder, UdpTransport
+from agent.common.measure_rows import to_wire
+from agent.common.report import ComponentHealth, Health, Measurement, NodeReport
 from agent.measure_plan import Domain, in_degree, plan
-from agent.measure_rows import to_wire
-from agent.report import ComponentHealth, Health, Measurement, NodeReport
 from aggregator.measured import fold, infer_leaves, leaf_cut
 from aggregator.sources.measured import MeasuredFabric
 from aggregator.sources.nodetopology import PARSED_KEY

@@ -1,6 +1,6 @@
 """Memory per node of the aggregator and the scheduler, this tree's code beside an older commit's.
 
-    python tests/bench_memory.py [--inprocess 5000 20000] [--live 5000] [--old-commit REV]
+    python tests/bench/bench_memory.py [--inprocess 5000 20000] [--live 5000] [--old-commit REV]
 
 Objects are sized as in a real cluster: each Node as a kubelet and node-feature-discovery leave it
 (60 images, 30 labels, conditions with heartbeats, nodeInfo, kubelet-like managedFields), each NodeTopology the report of an 8-GPU, 8-HCA HGX
@@ -13,7 +13,7 @@ Pods per node (what the scheduler watches besides).
   process of its own; the aggregator runs one full cycle (a standby: it computes, does not write)
   and the scheduler drains its informers; then RSS is read. The old code runs from `git archive`
   of `--old-commit` (default: the commit before slim records) under PYTHONPATH.
-* live (`--live`, tests/bench_memory_live.py): a real etcd + kube-apiserver holds the same objects
+* live (`--live`, tests/bench/bench_memory_live.py): a real etcd + kube-apiserver holds the same objects
   (managedFields the API server's own); two aggregator replicas (leader, standby) and a scheduler
   run as processes, old and new side by side, each pair with its own Lease; RSS once they are
   ready and have settled (no base there: whole-process RSS).
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "ab776d7"  # the commit before the informers kept slim records (issue 29)
 RAILS, PER_LEAF, PAGE = 8, 32, 500
 
@@ -54,8 +54,8 @@ def _report_templates(per_leaf: int = PER_LEAF) -> list[str]:
     """JSON of the NodeTopology of each node position under leaf 0 (8 rails), with placeholders;
     `topology_json` puts `per_leaf` (the number of templates) nodes under each leaf."""
     from agent.cluster_model import parse_model
+    from agent.common.report import node_topology_object
     from agent.model_probe import report_for
-    from agent.report import node_topology_object
 
     switches = {f"spine-r{r}": {"switches": [f"leaf0-r{r}"]} for r in range(RAILS)}
     blocks = [{"switch": f"leaf0-r{r}", "nodes": [f"n[000001-{per_leaf:06d}]"]} for r in range(RAILS)]
@@ -209,8 +209,8 @@ def _options_as_run(options: Any, args: Any) -> Any:
     kept (the old code has no such option and keeps every label)."""
     if "node_label_keys" not in {f.name for f in dataclasses.fields(options)}:
         return options()
+    from aggregator.live.slim import labels_read
     from aggregator.registry import load_sources
-    from aggregator.slim import labels_read
 
     return options(node_label_keys=labels_read(load_sources(args, live=True)))
 
@@ -220,14 +220,14 @@ def child_inprocess(role: str, nodes: int) -> None:
     templates = _report_templates()
     kube = PagedObjects(nodes, templates)
     if role == "aggregator":
-        from aggregator.controller import (
+        from aggregator.live.controller import (
             Controller,
             Options,
             build_parser,
             freeze_start_up_heap,
             pipeline_compute,
         )
-        from aggregator.metrics import AggregatorMetrics
+        from aggregator.live.metrics import AggregatorMetrics
 
         args = build_parser().parse_args([])
         compute = pipeline_compute(args)
@@ -243,8 +243,8 @@ def child_inprocess(role: str, nodes: int) -> None:
         freeze_start_up_heap()
         sizes = {"hypernodes": len(compute(controller.view(), 0.0).hypernodes)}
     else:
-        from aggregator.placement.scheduler import Options as SchedulerOptions
-        from aggregator.placement.scheduler import Scheduler
+        from aggregator.placement.live.scheduler import Options as SchedulerOptions
+        from aggregator.placement.live.scheduler import Scheduler
 
         scheduler = Scheduler(kube, SchedulerOptions(), leading=lambda: False)
         gc.collect()

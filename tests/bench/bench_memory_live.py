@@ -1,4 +1,4 @@
-"""The live rows of tests/bench_memory.py: a real etcd + kube-apiserver (tests/controlplane) holds
+"""The live rows of tests/bench/bench_memory.py: a real etcd + kube-apiserver (tests/controlplane) holds
 the benchmark's Nodes, NodeTopology reports and Pods; two aggregator replicas with leader election
 (leader and standby) and a scheduler run as processes, the old code and this tree's side by side
 (each pair with its own Lease), and their RSS is read once they are ready and have settled."""
@@ -17,7 +17,7 @@ from typing import Any
 from bench_memory import _report_templates, _row, node_object, pod_object, rss_mb, topology_json
 from controlplane.harness import running
 
-from agent.adapters.kube import NODES, NODETOPOLOGIES, PODS, Resource, connect
+from agent.common.adapters.kube import NODES, NODETOPOLOGIES, PODS, Resource, connect
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace")
 

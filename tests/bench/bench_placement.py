@@ -1,4 +1,4 @@
-"""Placement benchmarks: `python tests/bench_placement.py [--quick]`; prints figures (and JSON with --json).
+"""Placement benchmarks: `python tests/bench/bench_placement.py [--quick]`; prints figures (and JSON with --json).
 
 1. Decision latency on 10,000 nodes (8 GPUs each) under ~9,500 HyperNodes (NVLink domains of 2
    nodes, leaves of 4, spines of 8, pods of 16, cores of 128, one cluster root): a 1,024-GPU gang
@@ -26,17 +26,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.cluster_model import parse_model
-from aggregator.placement import ranks
-from aggregator.placement.free_index import FreeIndex
-from aggregator.placement.gang import Gang, Mode, PodSpec
-from aggregator.placement.policies import POLICIES
-from aggregator.placement.resources import Resources
-from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity, percentile
-from aggregator.placement.topology import Topology, build
-from aggregator.placement.trace import synthetic
+from aggregator.placement.core import ranks
+from aggregator.placement.core.free_index import FreeIndex
+from aggregator.placement.core.gang import Gang, Mode, PodSpec
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build
+from aggregator.placement.sim.policies import POLICIES
+from aggregator.placement.sim.simulate import Simulation, model_hypernodes, node_capacity, percentile
+from aggregator.placement.sim.trace import synthetic
 
 LEVELS = (("nvlink", 2), ("leaf", 4), ("spine", 8), ("pod", 16), ("core", 128))
 

@@ -1,6 +1,6 @@
 """`render` benchmark: wall time of `hypertopo-aggregator render --reports DIR` on saved reports.
 
-    python tests/bench_render.py [--model tests/models/nvl72-racks.yaml] [--runs 5] [--source DIR]
+    python tests/bench/bench_render.py [--model tests/models/nvl72-racks.yaml] [--runs 5] [--source DIR]
 
 Every node of the model gets its NodeTopology report (agent.model_probe) saved as one YAML file,
 as `kubectl get ntopo NAME -o yaml` would save it (not timed); then `python -m aggregator render
@@ -24,10 +24,10 @@ from pathlib import Path
 import yaml
 
 from agent.cluster_model import load_model
+from agent.common.report import node_topology_object
 from agent.model_probe import report_for
-from agent.report import node_topology_object
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def save_reports(model_file: str, folder: Path) -> int:

@@ -1,5 +1,5 @@
 """What one watch event costs the live scheduler's next cycle on a large cluster:
-`python tests/bench_scheduler_events.py [--nodes N ...] [--events K]`.
+`python tests/bench/bench_scheduler_events.py [--nodes N ...] [--events K]`.
 
 The scheduler rebuilds its view of the tree (HyperNodes -> `Topology`, the node filters, the
 free-capacity aggregates, the failed-node walk) when `ClusterState.topology_generation` moves. A
@@ -27,7 +27,7 @@ from typing import Any
 
 from bench_placement import big_cluster
 
-from aggregator.placement.scheduler import Options, Scheduler
+from aggregator.placement.live.scheduler import Options, Scheduler
 
 
 def _node(name: str, beat: int) -> dict[str, Any]:

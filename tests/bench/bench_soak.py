@@ -1,10 +1,10 @@
 """Soak benchmark: two aggregator replicas on a real API server under churn, the leader killed.
 
-    python tests/bench_soak.py [--nodes 5000] [--churn-per-min 1] [--minutes 10] [--kill-leader-at 240]
+    python tests/bench/bench_soak.py [--nodes 5000] [--churn-per-min 1] [--minutes 10] [--kill-leader-at 240]
                                [--rollout-at SECONDS]
 
 A private etcd + kube-apiserver (tests/controlplane) holds N Nodes and a NodeTopology each, written
-as kubelet and the agents write them (tests/soak_kit.py); two `hypertopo-aggregator run` processes
+as kubelet and the agents write them (tests/kits/soak_kit.py); two `hypertopo-aggregator run` processes
 elect a leader. Once the HyperNode tree is up, `--churn-per-min` percent of the nodes per minute
 lose one RDMA port for `--flap-seconds` (the agent's report edits, down then up; one flapping node
 per leaf at a time, so each HyperNode condition names exactly the node it reflects). At
@@ -36,15 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))
 
 from bench_memory import rss_mb
 from controlplane.harness import ControlPlane, running
 from soak_kit import Agents, HyperNodeWatch, Replicas, Seen, differences, fresh_render, load
 
-from agent.adapters.kube import KubeClient, Resource, connect
-from agent.api_error import ApiError
+from agent.common.adapters.kube import KubeClient, Resource, connect
+from agent.common.api_error import ApiError
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace")
 

@@ -27,14 +27,14 @@ from typing import Any
 from bench_placement import trace_model
 
 from agent.cluster_model import parse_model
-from aggregator.placement import gang_spec, podgroups
-from aggregator.placement.decide import decide_spec
-from aggregator.placement.policies import policy
-from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
-from aggregator.placement.spare_hold import ReservedSpares
-from aggregator.placement.state import ClusterState
-from aggregator.placement.topology import Topology, build
-from aggregator.placement.trace import synthetic
+from aggregator.placement.core.decide import decide_spec
+from aggregator.placement.core.topology import Topology, build
+from aggregator.placement.kinds import gang_spec, podgroups
+from aggregator.placement.live.spare_hold import ReservedSpares
+from aggregator.placement.live.state import ClusterState
+from aggregator.placement.sim.policies import policy
+from aggregator.placement.sim.simulate import Simulation, model_hypernodes, node_capacity
+from aggregator.placement.sim.trace import synthetic
 
 ROWS = (
     ("recoveries", lambda r: r["recoveries"]),

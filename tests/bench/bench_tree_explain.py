@@ -1,6 +1,6 @@
-"""What explaining an empty or partial tree costs the controller per reconcile (aggregator.tree_explain).
+"""What explaining an empty or partial tree costs the controller per reconcile (aggregator.tree.explain).
 
-    python tests/bench_tree_explain.py --nodes 100000
+    python tests/bench/bench_tree_explain.py --nodes 100000
 
 Prints milliseconds for: an empty tree of N nodes whose reports heard no LLDP neighbour (first
 explanation, then again with every report object unchanged), a tree holding every node, one node
@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 from agent.cluster_model import load_model
+from agent.common.report import node_topology_object
 from agent.model_probe import report_for
-from agent.report import node_topology_object
-from aggregator.tree_explain import Narrator
+from aggregator.tree.explain import Narrator
 
-MODEL = Path(__file__).parent / "models" / "small-tree.yaml"
+MODEL = Path(__file__).parent.parent / "models" / "small-tree.yaml"
 
 
 def main() -> None:

@@ -1,14 +1,14 @@
 """UFM source benchmark: a UFM answer for 10,000 hosts and 600 switches, parsed and merged into the
-fabric graph (issue 12's target: under 1 s). A row of `python tests/bench_aggregator.py`; alone:
+fabric graph (issue 12's target: under 1 s). A row of `python tests/bench/bench_aggregator.py`; alone:
 
-    python tests/bench_ufm.py [--hosts 10000] [--switches 600] [--hcas 1 4 8]
+    python tests/bench/bench_ufm.py [--hosts 10000] [--switches 600] [--hcas 1 4 8]
 
 The fabric is rail-optimised: groups of 80 hosts, `--hcas` HCAs each (one rail per HCA), one leaf
 per group and rail (hosts x rails / 80 leaves), the remaining switches as spines (nine in ten) and
 cores above them (eight HCAs per host need 1,000 leaves: more than 600 switches). UFM lists every
 port of a switch, cabled or not: each switch has 64 ports at least (`--radix`; unused ones Down,
 Polling, no peer). The ports, links, systems and unhealthy-ports listings come from the UFM
-stand-in's generator (tests/ufm_standin.py, every port field UFM's guide documents, about 1.1 KiB a
+stand-in's generator (tests/kits/ufm_standin.py, every port field UFM's guide documents, about 1.1 KiB a
 cabled port as UFM sends it; not timed) and are serialised to the bytes the adapter receives.
 
 The figures at the top of each row are for the answer the adapter asks for: the active ports only
@@ -33,13 +33,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))
 
 from ufm_standin import active_ports, ca_guid, listings
 
 from agent.cluster_model import ClusterModel, parse_model
-from agent.report import RdmaDevice
+from agent.common.report import RdmaDevice
 from aggregator.graph import FabricGraph, NodeFacts
 from aggregator.sources import ufm, ufm_graph
 

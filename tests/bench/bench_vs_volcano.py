@@ -1,6 +1,6 @@
 """hypertopo-scheduler side by side with the real Volcano scheduler (vc-scheduler v1.14.1).
 
-    python tests/bench_vs_volcano.py [--sizes 1000,5000,10000] [--gangs 8:1,64:2,256:3]
+    python tests/bench/bench_vs_volcano.py [--sizes 1000,5000,10000] [--gangs 8:1,64:2,256:3]
                                      [--schedulers volcano,hypertopo] [--timeout 300] [--json]
 
 For each size, on a control plane of its own (etcd + kube-apiserver, tests/controlplane): N kwok
@@ -18,7 +18,7 @@ in a Volcano PodGroup with `spec.networkTopology` hard mode, `highestTierAllowed
 * the gang is deleted and its pods waited for, so the next gang meets the same free cluster.
 
 vc-scheduler runs with Volcano's Helm scheduler configuration plus the network-topology-aware
-plugin (tests/volcano_live.py), its default 1 s schedule period; hypertopo-scheduler runs as its
+plugin (tests/kits/volcano_live.py), its default 1 s schedule period; hypertopo-scheduler runs as its
 `hypertopo-scheduler run` process. A gang a scheduler does not bind within --timeout is reported
 as timed out, with how many of its pods were bound and the PodGroup's last condition. No target
 for Volcano: the bench reports what it does. Figures go in docs/benchmarks.md.
@@ -39,9 +39,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))
 
 from aggregator_fabric import nodes_below  # noqa: E402
 from controlplane.harness import ControlPlane, running  # noqa: E402
@@ -49,8 +50,8 @@ from placement_live import KWOK_LABEL, build_kwok  # noqa: E402
 from realparts import free_port, http_get, stop_processes  # noqa: E402
 from volcano_live import DEFAULT_CONF, SCHEDULER_NAME, volcano_dir, volcano_running  # noqa: E402
 
-from agent.adapters.kube import LEASES  # noqa: E402
 from agent.cluster_model import parse_model  # noqa: E402
+from agent.common.adapters.kube import LEASES  # noqa: E402
 from aggregator.pipeline import ClusterInputs, Pipeline  # noqa: E402
 from aggregator.placement.adapters import kube  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The fold of measured round trips as it was before it was made faster (issue 27's benchmark):
-the reference that tests/test_measured_fold_reference.py and tests/bench_measure.py compare the
+the reference that tests/unit/test_measured_fold_reference.py and tests/bench/bench_measure.py compare the
 fold in aggregator/measured.py with, on the same inputs, in one run.
 
 Why a copy: the new fold groups round trips by pair of leaves and never builds a per-pair object;
@@ -17,8 +17,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from agent.common.report import MAX_MEASUREMENTS, Measurement
 from agent.measure_plan import Domain, Tree, build_tree
-from agent.report import MAX_MEASUREMENTS, Measurement
 from aggregator.measured import MAX_FINDINGS, DomainFigures, Fold, LeafGuess, MeasuredFinding
 from aggregator.measured_findings import SLOW_LINK_RATIO
 from aggregator.measured_rows import LOSS_FINDING_PERCENT

@@ -1,11 +1,11 @@
 """Figures for issue 21: per perturbation family, how many perturbations changed a HyperNode they do
-not touch, how many HyperNodes that was, and how many trees got more roots (tests/fabric_perturb.py).
+not touch, how many HyperNodes that was, and how many trees got more roots (tests/kits/fabric_perturb.py).
 
-    python tests/tiers_damage_figures.py [--samples 12] [--seed 0]
+    python tests/bench/tiers_damage_figures.py [--samples 12] [--seed 0]
 
 Run it from outside the repository with PYTHONPATH pointing at another tree's `aggregator` and
 `agent` (e.g. `git archive HEAD~N aggregator agent | tar -x -C /tmp/old`, then
-`cd /tmp && PYTHONPATH=/tmp/old python /path/to/tests/tiers_damage_figures.py`) to measure that
+`cd /tmp && PYTHONPATH=/tmp/old python /path/to/tests/bench/tiers_damage_figures.py`) to measure that
 tree's tier inference with the same fabrics and perturbations.
 """
 
@@ -17,7 +17,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))
 
 import fabric_perturb as fp
 from realparts import shared_data_dir

@@ -11,10 +11,10 @@ import yaml
 from aggregator_fabric import ibnetdiscover_dump
 
 from agent.cluster_model import load_model
+from agent.common.report import node_topology_object
 from agent.model_probe import report_for
-from agent.report import node_topology_object
 
-MODEL_FILE = Path(__file__).parent / "models" / "fat-tree-3tier.yaml"
+MODEL_FILE = Path(__file__).parent.parent / "models" / "fat-tree-3tier.yaml"
 MODEL = load_model(str(MODEL_FILE))
 
 

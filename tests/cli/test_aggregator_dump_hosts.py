@@ -20,7 +20,7 @@ from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources import ibnetdiscover
 from aggregator.sources.ibnetdiscover import HostNames
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent.parent / "models"
 SMALL = load_model(str(MODELS / "small-tree.yaml"))  # node01..node08 under leaf1, leaf2, spine1
 RAIL = load_model(str(MODELS / "rail-8.yaml"))
 DOMAIN = "dc1.example.com"

@@ -19,12 +19,12 @@ import yaml
 from aggregator_fabric import ibnetdiscover_dump
 
 from agent.cluster_model import load_model, parse_model
+from agent.common.report import Interface, LldpNeighbour, NodeReport, node_topology_object
 from agent.model_probe import report_for, switch_mac
-from agent.report import Interface, LldpNeighbour, NodeReport, node_topology_object
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline
 from aggregator.sources import ibnetdiscover
 
-MODEL_FILE = Path(__file__).parent / "models" / "rail-8.yaml"
+MODEL_FILE = Path(__file__).parent.parent / "models" / "rail-8.yaml"
 MODEL = load_model(str(MODEL_FILE))
 RAW = {k: v for k, v in yaml.safe_load(MODEL_FILE.read_text()).items() if k != "expect"}
 REPORTS = {n: report_for(MODEL, n) for n in MODEL.nodes()}

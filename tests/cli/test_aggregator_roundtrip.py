@@ -15,12 +15,12 @@ import yaml
 from aggregator_fabric import expected_tree, ibnetdiscover_dump, nodes_below
 
 from agent.cluster_model import ClusterModel, load_model
+from agent.common.report import NodeReport
 from agent.model_probe import report_for
-from agent.report import NodeReport
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources import ibnetdiscover, nodetopology
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent.parent / "models"
 MODEL_FILES = sorted(MODELS.glob("*.yaml"))
 
 

@@ -26,7 +26,7 @@ from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.registry import SOURCES, add_source_arguments, load_sources
 from aggregator.sources import OptionError, ibnetdiscover
 
-MODELS = Path(__file__).resolve().parent / "models"
+MODELS = Path(__file__).resolve().parent.parent / "models"
 RAIL = load_model(str(MODELS / "rail-8.yaml"))
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.command_line import InputError, one_line, summarise
+from agent.common.command_line import InputError, one_line, summarise
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HGX_SYSFS = REPO / "tests" / "fixtures" / "sysfs" / "hgx-h100-ib"
 COMMANDS = {"hypertopo-agent": "agent", "hypertopo-aggregator": "aggregator"}
 

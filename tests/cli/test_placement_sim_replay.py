@@ -13,10 +13,10 @@ import yaml
 
 from agent.cluster_model import parse_model
 from aggregator.placement.cli import main
-from aggregator.placement.policies import POLICIES, policy
-from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
-from aggregator.placement.topology import build
-from aggregator.placement.trace import TraceError, parse_trace, synthetic
+from aggregator.placement.core.topology import build
+from aggregator.placement.sim.policies import POLICIES, policy
+from aggregator.placement.sim.simulate import Simulation, model_hypernodes, node_capacity
+from aggregator.placement.sim.trace import TraceError, parse_trace, synthetic
 
 # core > spine1 (leaf1: n1-n4 in NVLink domain a, leaf2: n5-n8), spine2 (leaf3: n9-n12, leaf4: n13-n16)
 MODEL = {
@@ -61,7 +61,7 @@ def test_the_simulator_places_on_the_hypernodes_render_writes_for_the_same_model
     path = tmp_path / "model.yaml"
     path.write_text(yaml.safe_dump(MODEL), encoding="utf-8")
     rendered = subprocess.run([sys.executable, "-m", "aggregator", "render", "--model", str(path), "--format", "json"],
-                              capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+                              capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
     items = json.loads(rendered.stdout)["items"]
     assert len(items) == 8  # core, 2 spines, 4 leaves, NVLink domain a
     assert _without_times(model_hypernodes(parse_model(MODEL))) == _without_times(items)

@@ -1,4 +1,4 @@
-"""Candidate domains kept per part (aggregator.tier_parts): after any sequence of nodes moving
+"""Candidate domains kept per part (aggregator.tiers.parts): after any sequence of nodes moving
 between classes (new cabling, another NVLink clique), the kept candidates equal the candidates
 worked out from scratch over the whole cluster. The whole-cluster computation they replaced is
 kept here as the oracle (`reference`): exact leaf sets settled biggest first in one pass, and a
@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator.graph import FabricGraph
-from aggregator.tier_candidates import NVLINK, Domain, _switch_identity, label_domains, switch_domain
-from aggregator.tier_classes import NodeClasses
-from aggregator.tier_levels import promoted_switches, switch_kind
-from aggregator.tier_parts import CandidateParts
+from aggregator.tiers.candidates import NVLINK, Domain, _switch_identity, label_domains, switch_domain
+from aggregator.tiers.classes import NodeClasses
+from aggregator.tiers.levels import promoted_switches, switch_kind
+from aggregator.tiers.parts import CandidateParts
 
 # a small rail-optimised fabric: 4 units of 3 rails, 2 pods of 2 units, one core per rail
 UNITS, RAILS = 4, 3

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.cluster_model import load_model
-from aggregator.feed import PipelineFeed
+from aggregator.live.feed import PipelineFeed
 from aggregator.pipeline import Desired, Pipeline
 
-MODEL = load_model(str(Path(__file__).parent / "models" / "mixed-depth.yaml"))
+MODEL = load_model(str(Path(__file__).parent.parent / "models" / "mixed-depth.yaml"))
 
 
 def _feed() -> PipelineFeed:

@@ -20,7 +20,7 @@ from aggregator.sources import Source
 from aggregator.sources.model import ModelFile
 from aggregator.sources.nodetopology import NodeReports
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent.parent / "models"
 MIXED = load_model(str(MODELS / "mixed-depth.yaml"))  # NVL72 racks beside HGX leaves, a core
 RACKS = load_model(str(MODELS / "nvl72-racks.yaml"))  # two racks per leaf
 INCREMENTAL = ("health", "recable", "nvlink", "ready", "agent")  # what the pipeline's fast paths take

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.tier_nesting import Nesting, nest, renest
-from aggregator.tiers import Domain, _Nesting
+from aggregator.tiers.infer import Domain, _Nesting
+from aggregator.tiers.nesting import Nesting, nest, renest
 
 CLASSES = [f"c{i}" for i in range(12)]
 

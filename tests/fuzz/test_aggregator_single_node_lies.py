@@ -19,10 +19,9 @@ from report_lies import LIES, fabric_sources, host_tables, lie, others_moved, re
 from ufm_standin import Fault, listings
 
 from agent.cluster_model import ClusterModel, load_model
-from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
+from agent.common.report import ComponentHealth, Health, NodeReport, node_topology_object
 from aggregator.adapters.ufm import UfmSource
 from aggregator.cli import main
-from aggregator.controller import Controller, Options
 from aggregator.crosscheck import (
     DUPLICATE_GUID,
     LLDP_DISPUTED,
@@ -31,15 +30,16 @@ from aggregator.crosscheck import (
     SWITCH_TABLE_UNCONFIRMED,
 )
 from aggregator.graph import Finding
-from aggregator.metrics import AggregatorMetrics
+from aggregator.live.controller import Controller, Options
+from aggregator.live.metrics import AggregatorMetrics
+from aggregator.live.refusals import Refusals
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline
-from aggregator.refusals import Refusals
 from aggregator.sources import ufm
 from aggregator.sources.ibnetdiscover import HostNames
 from aggregator.sources.nodetopology import NodeReports
 from aggregator.sources.switch_lldp import SwitchNeighbour, SwitchTable, SwitchTables
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent.parent / "models"
 NOW = 1_700_000_000
 
 

@@ -26,9 +26,9 @@ from ufm_standin import UfmStandIn, listings
 
 from agent.cluster_model import load_model
 from aggregator.adapters.ufm import UfmClient, UfmConfig, UfmPoller, UfmSource
-from aggregator.controller import readiness
+from aggregator.live.controller import readiness
 
-SMALL = load_model(str(Path(__file__).resolve().parent / "models" / "small-tree.yaml"))
+SMALL = load_model(str(Path(__file__).resolve().parent.parent / "models" / "small-tree.yaml"))
 GOOD = listings(SMALL)
 DEEP = "[" * 5000 + "]" * 5000  # past json's recursion limit
 NESTED = "[" * 900 + "1" + "]" * 900  # decodes, but printing it recursed

@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 
 from agent.cli import main as agent_main
 from agent.cluster_model import load_model
+from agent.common.report import node_topology_object
 from agent.model_probe import report_for
-from agent.report import node_topology_object
 from aggregator.cli import main as aggregator_main
-from aggregator.feed import PipelineFeed, StaticSources
+from aggregator.live.feed import PipelineFeed, StaticSources
 from aggregator.pipeline import Pipeline
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = load_model(str(REPO / "tests" / "models" / "small-tree.yaml"))
 HGX_SYSFS = REPO / "tests" / "fixtures" / "sysfs" / "hgx-h100-ib"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent
 SCRAPES = HALF_OPEN = RUDE = 1000
 AGENT_MEMORY_LIMIT_KIB = 192 * 1024
 DEADLINE_S = 90.0  # the whole run's bound: a scrape not answered by then fails the test
@@ -42,7 +42,7 @@ class Server:
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "endpoint_load_server.py")], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(HERE / "kits/endpoint_load_server.py")], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         yield Server(proc)

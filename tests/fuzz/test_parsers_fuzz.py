@@ -5,7 +5,7 @@ NodeTopology report files (YAML and JSON), cluster models (YAML, hostlists) and 
 Seeds are real inputs: the captures in ../shared/data (by path), the repository's models, what the
 UFM stand-in serves and the reports `probe --model` publishes. Mutations: byte flips, truncation,
 nesting thousands deep, values of another type, huge numbers, Unicode digits, odd names, 80 KB
-lines, duplicated pieces and YAML aliases (tests/fuzz_inputs.py). Each input is read or refused
+lines, duplicated pieces and YAML aliases (tests/kits/fuzz_inputs.py). Each input is read or refused
 with the parser's own declared error, never anything else; each input's CPU time, the growth of
 the process's peak RSS over all 10,000 (so every input's memory), and the memory peak (tracemalloc)
 of a seeded sample and of the slowest inputs stay under generous safety bounds
@@ -38,12 +38,10 @@ from fuzz_inputs import (
 )
 from ufm_standin import listings
 
-from agent import yaml_codec
 from agent.cluster_model import ModelError, load_model, parse_model
-from agent.command_line import InputError
-from agent.lldp.lldpcli import LldpcliError, parse_json, parse_keyvalue
-from agent.model_probe import report_for
-from agent.report import (
+from agent.common import yaml_codec
+from agent.common.command_line import InputError
+from agent.common.report import (
     LldpNeighbour,
     NodeReport,
     WireError,
@@ -51,12 +49,14 @@ from agent.report import (
     report_from_spec,
     report_spec,
 )
+from agent.lldp.lldpcli import LldpcliError, parse_json, parse_keyvalue
+from agent.model_probe import report_for
 from aggregator.graph import FabricGraph
 from aggregator.object_files import objects_in_text, read_objects
 from aggregator.sources import ibnetdiscover, nodetopology, ufm, ufm_graph
 from aggregator.sources.switch_lldp import SwitchLldpError, parse_table
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "tests" / "models"
 MODEL = load_model(str(MODELS / "small-tree.yaml"))
 REPORT = NodeReport(node_name="n1", health={})  # what the lldpcli readers' neighbours are published in

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement.capacity import leaf_key
-from aggregator.placement.core import place
-from aggregator.placement.gang import Gang, Mode, PodSpec
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology, build
+from aggregator.placement.core.capacity import leaf_key
+from aggregator.placement.core.gang import Gang, Mode, PodSpec
+from aggregator.placement.core.place import place
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build
 
 
 def _member(kind: str, name: str) -> dict[str, Any]:

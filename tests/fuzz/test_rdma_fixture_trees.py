@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.probes import rdma
-from agent.report import (
+from agent.common.report import (
     ComponentHealth,
     Health,
     NodeReport,
@@ -21,8 +20,9 @@ from agent.report import (
     node_topology_object,
     report_from_spec,
 )
+from agent.probes import rdma
 
-TREES = Path(__file__).parent / "fixtures" / "sysfs"
+TREES = Path(__file__).parent.parent / "fixtures" / "sysfs"
 # DGX H100: HCA i sits beside GPU i on one PCIe switch (build_trees.HGX_PAIRS)
 HGX_NIC_BUSES = ["18", "40", "4f", "5e", "9a", "c0", "ce", "dc"]
 

@@ -3,7 +3,7 @@
 On a RoCE fabric the switches' own lldpd tables (aggregator.sources.switch_lldp) are the fabric
 source: every switch lists its switch neighbours and the hosts on its ports, Nodes or not (storage,
 login, hosts not yet joined). The same generated fabrics and perturbations as
-tests/test_tiers_under_damage.py (generated families and real dumps), rendered from such tables and
+tests/fuzz/test_tiers_under_damage.py (generated families and real dumps), rendered from such tables and
 the Nodes' own reports (their LLDP hears their leaves, so the cross-checks run): with a random subset of the hosts as Nodes, every
 HyperNode keeps its name, tier and tierName, its nodes restricted to the Nodes; a management leaf
 whose hosts are no Nodes renames nothing. Seeded, so a failure names one reproducible case.
@@ -25,7 +25,7 @@ from test_tiers_under_damage import DUMPS
 
 from agent.cluster_model import load_model, parse_model
 from agent.model_probe import report_for
-from aggregator.feed import PipelineFeed
+from aggregator.live.feed import PipelineFeed
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources.nodetopology import NodeReports
 from aggregator.sources.switch_lldp import SwitchNeighbour, SwitchTable, SwitchTables, fabric_hosts
@@ -137,7 +137,7 @@ def test_nodes_leaving_and_joining_on_switch_tables_render_as_a_full_recompute()
     """A Node removed stays on its switch's table as a host that is no Node: the change-driven feed
     must end where a full recompute of the same cluster ends (seeded sequences of removals,
     restorations and readiness changes)."""
-    model = load_model(str(Path(__file__).parent / "models" / "mixed-depth.yaml"))
+    model = load_model(str(Path(__file__).parent.parent / "models" / "mixed-depth.yaml"))
     tables = host_tables(model)
     nodes = sorted(model.nodes())
     for seed in range(6):

@@ -6,7 +6,7 @@ dual planes, NVL72 racks on leaves and leaves on the cores, and over the real du
 a management leaf (hosts on the fabric, no Nodes) from one switch; render with a random subset of
 the hosts as Nodes. Every HyperNode the perturbation does not touch keeps its tier, tierName, name
 and node set, and the tree keeps its one root while the Nodes stay connected. Perturbations are
-sampled with a fixed seed (tests/fabric_perturb.py), so a failure names one reproducible case.
+sampled with a fixed seed (tests/kits/fabric_perturb.py), so a failure names one reproducible case.
 """
 
 from __future__ import annotations

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.adapters.nvml_binding import open_backend
 from agent.collect import CollectConfig, Prober
+from agent.common.report import Health, to_wire
 from agent.probes import nvml, rdma
 from agent.probes.nvlink_health import decode_health_mask
 from agent.probes.pci_affinity import sysfs_bdf
-from agent.report import Health, to_wire
 
 PCIE_ATTRS = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")
 

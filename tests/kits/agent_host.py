@@ -14,7 +14,7 @@ from agent.collect import CollectConfig, Prober
 from agent.probes.net import LinkRecord
 from agent.probes.nvml_fake import FakeNvml
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HGX_SYSFS = FIXTURES / "sysfs" / "hgx-h100-ib"
 NODE = "gpu-node-1"
 

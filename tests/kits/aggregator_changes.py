@@ -17,8 +17,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from agent.cluster_model import ClusterModel
+from agent.common.report import ComponentHealth, Health, NodeReport, NvLinkDomain, report_spec
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport, NvLinkDomain, report_spec
 from aggregator.sources import Source
 from aggregator.sources.labels import LabelLevels
 from aggregator.sources.nodetopology import NodeReports

@@ -24,7 +24,7 @@ import yaml
 from controlplane.harness import ControlPlane, running
 from realparts import free_port, require_binary, wait_for
 
-from agent.report import (
+from agent.common.report import (
     ComponentHealth,
     Gpu,
     Health,
@@ -34,9 +34,9 @@ from agent.report import (
     NvmlReport,
     node_topology_object,
 )
-from aggregator.reconcile import OWNER_LABELS
+from aggregator.live.reconcile import OWNER_LABELS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 READY_AT = "2024-01-01T00:00:00Z"
 
 

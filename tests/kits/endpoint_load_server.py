@@ -1,4 +1,4 @@
-"""The metrics/health endpoint alone in a process, for tests/test_endpoint_load.py: serves a
+"""The metrics/health endpoint alone in a process, for tests/fuzz/test_endpoint_load.py: serves a
 registry about the size of an agent's on 127.0.0.1, prints {"port": N}, then answers each `stats`
 line on stdin with its peak RSS, thread counts and connection counts as one JSON line."""
 
@@ -12,11 +12,11 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from agent.adapters.endpoints import serve
+from agent.common.adapters.endpoints import serve
 
 
 def _peak_rss_kib() -> int:

@@ -1,4 +1,4 @@
-"""Seeded mutation fuzzing of the parsers of outside input (tests/test_parsers_fuzz.py).
+"""Seeded mutation fuzzing of the parsers of outside input (tests/fuzz/test_parsers_fuzz.py).
 
 Each input is a real one (a shipped fixture, a capture in ../shared/data, what the stand-ins
 serve) mutated once: a byte flipped, the text cut short, a value nested thousands deep, a value

@@ -2,7 +2,7 @@
 nodes (tests/models/fat-tree-3tier.yaml) whose agents report through `probe --model`, with two
 faults: h006's RDMA port is down and h011's agent has not reported.
 
-    python tests/operator_view_example.py DIR          # writes DIR/h001.yaml ... (no h011)
+    python tests/kits/operator_view_example.py DIR          # writes DIR/h001.yaml ... (no h011)
     hypertopo-aggregator render --reports DIR --model tests/models/fat-tree-3tier.yaml | \\
         hypertopo-aggregator tree --from -
     hypertopo-aggregator render --reports DIR --model tests/models/fat-tree-3tier.yaml --format dot | \\
@@ -18,10 +18,10 @@ from pathlib import Path
 import yaml
 
 from agent.cluster_model import load_model
+from agent.common.report import ComponentHealth, Health, NodeReport, node_topology_object
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 
-MODEL_FILE = Path(__file__).resolve().parent / "models" / "fat-tree-3tier.yaml"
+MODEL_FILE = Path(__file__).resolve().parent.parent / "models" / "fat-tree-3tier.yaml"
 FAILED_NODE, SILENT_NODE = "h006", "h011"
 FAILED_RDMA = "mlx5_2 port 1 DOWN (carrier lost)"
 

@@ -18,9 +18,9 @@ from controlplane.harness import ControlPlane
 from realparts import missing
 
 from aggregator.placement.adapters import kube
-from aggregator.placement.scheduler import Options, Scheduler
+from aggregator.placement.live.scheduler import Options, Scheduler
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent
 KWOK_LABEL = ("type", "kwok")
 ON_FABRIC_FAULT = "hypertopo.io/on-fabric-fault"  # a gang's policy when a node under it fails
 T = TypeVar("T")

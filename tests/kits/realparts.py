@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 REQUIRE_REAL = os.environ.get("HYPERTOPO_REQUIRE_REAL") == "1"
 # ../shared/data beside the checkout (DESIGN.md); HYPERTOPO_SHARED_DATA points elsewhere.
 SHARED_DATA = Path(
-    os.environ.get("HYPERTOPO_SHARED_DATA") or Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    os.environ.get("HYPERTOPO_SHARED_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data"
 )
 
 

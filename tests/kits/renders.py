@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from controlplane.harness import ControlPlane
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def node_marks_overlay(overlay: Path) -> Path:

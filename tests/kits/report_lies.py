@@ -19,8 +19,7 @@ from aggregator_fabric import ibnetdiscover_dump, nodes_below
 from ufm_standin import listings
 
 from agent.cluster_model import ClusterModel
-from agent.model_probe import report_for
-from agent.report import (
+from agent.common.report import (
     ComponentHealth,
     Health,
     LldpNeighbour,
@@ -29,6 +28,7 @@ from agent.report import (
     NvmlReport,
     RdmaDevice,
 )
+from agent.model_probe import report_for
 from aggregator.adapters.ufm import UfmSource
 from aggregator.sources import Source, ibnetdiscover, ufm
 from aggregator.sources.ibnetdiscover import Dumps, HostNames

@@ -1,4 +1,4 @@
-"""The pieces of the soak (tests/bench_soak.py, tests/test_soak_small.py): the cluster's objects
+"""The pieces of the soak (tests/bench/bench_soak.py, tests/live/test_soak_small.py): the cluster's objects
 written as their writers write them, the agents' RDMA port flaps, a watch that keeps every
 HyperNode event, aggregator replicas as processes, and a fresh `hypertopo-aggregator render` of the
 reports the API server holds.
@@ -27,11 +27,10 @@ from aggregator_controller_kit import AggregatorProcess
 from bench_memory import _report_templates, node_name, node_object, topology_json
 from controlplane.harness import ControlPlane
 
-from agent.adapters.kube import NODES, NODETOPOLOGIES, KubeClient
 from agent.adapters.node_topology import KubeApi
-from agent.api_error import ApiError
-from agent.probes.rdma import active_ports, judge
-from agent.report import (
+from agent.common.adapters.kube import NODES, NODETOPOLOGIES, KubeClient
+from agent.common.api_error import ApiError
+from agent.common.report import (
     ComponentHealth,
     Health,
     NodeReport,
@@ -39,9 +38,10 @@ from agent.report import (
     node_topology_object,
     report_from_spec,
 )
+from agent.probes.rdma import active_ports, judge
 from aggregator.adapters.kube import HYPERNODES, LEASES
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NAMESPACE, LEASE = "hypertopo-system", "hypertopo-aggregator"
 
 

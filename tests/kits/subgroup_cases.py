@@ -1,5 +1,5 @@
 """Generated gangs with Volcano sub-groups on a small fragmented fabric, for the differential test
-against the real vc-scheduler (tests/test_subgroups_vs_volcano.py), and the checker that judges a
+against the real vc-scheduler (tests/live/test_subgroups_vs_volcano.py), and the checker that judges a
 placement by the case's own bookkeeping (which pod is in which sub-group is decided here, when the
 pods are made, not read back through hypertopo's `subgroups` module).
 

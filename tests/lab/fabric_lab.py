@@ -33,6 +33,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))
 
 from controlplane.harness import ControlPlane, running  # noqa: E402
 from fabric_net import MGMT_GATEWAY, FabricNet  # noqa: E402 - sibling module

@@ -1,5 +1,5 @@
 """A two-tier Ethernet lab in network namespaces whose switches add latency per tier, for the
-measured-fabric tests (tests/test_measure_netns.py).
+measured-fabric tests (tests/live/test_measure_netns.py).
 
     spine1                 egress delay spine_ms on each port
     /     \\

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 from agent.adapters.udp_probe import DEFAULT_PORT, UdpResponder, UdpTransport
+from agent.common.measure_rows import rows
+from agent.common.report import to_wire
 from agent.fabric_measure import FabricMeasure
 from agent.measure_cli import _transport
 from agent.measure_plan import Domain
-from agent.measure_rows import rows
-from agent.report import to_wire
 
 
 def tx_packets(nic: str) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LOCKS = REPO / "requirements"
 PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)")
 

@@ -16,9 +16,9 @@ import yaml
 from agent_host import HGX_SYSFS, lldp_frame
 from realparts import require_binary, require_root
 
-from agent.report import API_GROUP, API_VERSION, KIND
+from agent.common.report import API_GROUP, API_VERSION, KIND
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = """
 switches:
   spine1: {switches: [leaf1, leaf2]}

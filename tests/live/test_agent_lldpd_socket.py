@@ -30,7 +30,7 @@ from controlplane.harness import ControlPlane
 from realparts import missing, require_binary, require_root, stop_processes
 from renders import docs, kustomize, server_dry_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hypertopo"
 NS = "hypertopo-system"
 AGENT = ("DaemonSet", "hypertopo-agent")

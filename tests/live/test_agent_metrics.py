@@ -17,7 +17,7 @@ from agent.metrics import AgentMetrics, PublishCounts
 from agent.probes.nvml import XidWatcher
 from agent.probes.nvml_fake import FakeNvml
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "agent_metrics.prom"
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "agent_metrics.prom"
 DURATION = re.compile(r"^(hypertopo_probe_duration_seconds\{[^}]*\}) \S+$", re.M)
 
 

@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from realparts import free_port, wait_for
 
-from agent.adapters.kube import KubeClient
 from agent.adapters.node_topology import FIELD_MANAGER, KubeApi
+from agent.common.adapters.kube import KubeClient
+from agent.common.report import node_topology_object, report_from_spec, report_spec
 from agent.probes.nvml_fake import FakeNvml
 from agent.publish import ApiError, Backoff, Publisher
-from agent.report import node_topology_object, report_from_spec, report_spec
 
 
 class ScriptedApi:

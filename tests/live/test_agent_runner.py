@@ -27,7 +27,7 @@ from agent.adapters.node_topology import KubeApi
 from agent.publish import ApiError, Backoff, Publisher
 from agent.runner import Agent, RunConfig, parse_listen
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class RecordingApi:

@@ -15,7 +15,7 @@ import pytest
 from controlplane.harness import ControlPlane
 from renders import docs, kustomize, server_dry_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hypertopo"
 NS = "hypertopo-system"
 

@@ -10,11 +10,11 @@ from typing import Any
 from aggregator_controller_kit import hypernode, wait_for
 from prometheus_client import CollectorRegistry
 
-from agent.adapters.informer import Informer
-from agent.adapters.kube import HYPERNODES, WatchEvent
-from aggregator.controller import Overlay, agent_readiness
-from aggregator.metrics import AggregatorMetrics
-from aggregator.reconcile import ApiError
+from agent.common.adapters.informer import Informer
+from agent.common.adapters.kube import HYPERNODES, WatchEvent
+from aggregator.live.controller import Overlay, agent_readiness
+from aggregator.live.metrics import AggregatorMetrics
+from aggregator.live.reconcile import ApiError
 
 
 def obj(name: str, rv: str) -> dict[str, Any]:

@@ -20,11 +20,11 @@ from controlplane.harness import ControlPlane
 from realparts import free_port
 
 from agent.cluster_model import load_model
+from agent.common.report import ComponentHealth, Finding, Health, NodeReport, node_topology_object
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Finding, Health, NodeReport, node_topology_object
-from aggregator.node_marks import DEGRADED_ANNOTATION, TAINT_KEY
+from aggregator.live.node_marks import DEGRADED_ANNOTATION, TAINT_KEY
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "tests" / "models" / "small-tree.yaml"
 pytestmark = pytest.mark.apiserver
 SYMBOLS = Finding("rdma", "mlx5_0/1", "error-rate", Health.DEGRADED, "12.0/s", "1.0/s", 300,

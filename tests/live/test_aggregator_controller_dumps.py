@@ -30,13 +30,13 @@ from aggregator_fabric import ibnetdiscover_dump
 from controlplane.harness import ControlPlane
 
 from agent.cluster_model import ClusterModel, load_model
+from agent.common.report import Interface, LldpNeighbour, NodeReport, node_topology_object
 from agent.model_probe import report_for, switch_mac
-from agent.report import Interface, LldpNeighbour, NodeReport, node_topology_object
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources import ibnetdiscover
 from aggregator.sources.ibnetdiscover import HostNames
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "tests" / "models"
 SMALL = load_model(str(MODELS / "small-tree.yaml"))  # node01..node08 under leaf1, leaf2, spine1
 RAIL = load_model(str(MODELS / "rail-8.yaml"))  # su1-n1..su2-n4, one HCA per rail, a spine per rail

@@ -11,8 +11,8 @@ import pytest
 from fake_clock import FakeClock
 
 from aggregator.adapters.kube import LEASES, KubeClient, LeaseClient, connect
-from aggregator.leader import ElectionConfig, LeaderElector
-from aggregator.reconcile import ApiError
+from aggregator.live.leader import ElectionConfig, LeaderElector
+from aggregator.live.reconcile import ApiError
 
 pytestmark = pytest.mark.apiserver
 NAMESPACE = "hypertopo-leader-test"

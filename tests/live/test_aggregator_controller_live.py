@@ -36,11 +36,11 @@ from aggregator_controller_kit import (
 from controlplane.harness import ControlPlane
 
 from agent.cluster_model import load_model
+from agent.common.report import ComponentHealth, Health, NodeReport, node_topology_object
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 from aggregator.pipeline import ClusterInputs, Pipeline
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "tests" / "models" / "small-tree.yaml"
 RULES = REPO / "daemonset" / "monitoring" / "prometheusrule.yaml"
 LEASE = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5")

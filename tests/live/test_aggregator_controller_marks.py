@@ -10,7 +10,7 @@ import pytest
 from aggregator_controller_kit import node_object
 
 from aggregator.adapters.kube import NODES, KubeClient, NodeClient, connect
-from aggregator.node_marks import LABEL_MANAGER, TAINT_KEY, NodeMarker, label_changes, wanted_taints
+from aggregator.live.node_marks import LABEL_MANAGER, TAINT_KEY, NodeMarker, label_changes, wanted_taints
 
 OTHER_TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 

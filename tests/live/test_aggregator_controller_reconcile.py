@@ -13,7 +13,7 @@ import pytest
 from aggregator_controller_kit import hypernode, small_tree
 
 from aggregator.adapters.kube import HYPERNODES, HyperNodeClient, KubeClient, connect
-from aggregator.reconcile import FIELD_MANAGER, OWNER_LABELS, Applier, NotLeader, plan
+from aggregator.live.reconcile import FIELD_MANAGER, OWNER_LABELS, Applier, NotLeader, plan
 
 
 def by_name(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -11,7 +11,7 @@ import pytest
 from aggregator_controller_kit import node_object
 
 from aggregator.adapters.kube import NODES, KubeClient, NodeClient, connect
-from aggregator.node_marks import (
+from aggregator.live.node_marks import (
     DEGRADED_ANNOTATION,
     DEGRADED_MANAGER,
     LABEL_MANAGER,

@@ -11,13 +11,13 @@ import pytest
 from aggregator_fabric import ibnetdiscover_dump
 
 from agent.cluster_model import load_model, parse_model
+from agent.common.report import NodeReport
 from agent.model_probe import report_for
-from agent.report import NodeReport
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.render import as_list, domain_name
 from aggregator.sources import ibnetdiscover
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent.parent / "models"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 

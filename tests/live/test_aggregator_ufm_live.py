@@ -31,12 +31,12 @@ from controlplane.harness import ControlPlane
 from ufm_standin import Fault, UfmStandIn, listings
 
 from agent.cluster_model import load_model
+from agent.common.report import node_topology_object
 from agent.model_probe import report_for
-from agent.report import node_topology_object
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources import ibnetdiscover
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RAIL = load_model(str(REPO / "tests" / "models" / "rail-8.yaml"))  # su1-n1..su2-n4, 8 rails, a spine per rail
 STALE = 'hypertopo_source_stale{source="ufm"}'
 pytestmark = pytest.mark.apiserver

@@ -1,4 +1,4 @@
-"""The side-by-side benchmark with the real Volcano scheduler (tests/bench_vs_volcano.py), small enough
+"""The side-by-side benchmark with the real Volcano scheduler (tests/bench/bench_vs_volcano.py), small enough
 for the suite so it cannot rot: on a 40-node kwok cluster (leaves of 16, 16 and 8 nodes under one
 spine, the HyperNodes the aggregator's pipeline renders), the real vc-scheduler (v1.14.1, with the
 network-topology-aware plugin) and hypertopo-scheduler, one at a time, each bind the same hard-mode

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from agent.api_error import ApiError
-from aggregator.placement.binder import Backoff, Binder, BindItem, BindOutcome, already_ours
+from agent.common.api_error import ApiError
+from aggregator.placement.live.binder import Backoff, Binder, BindItem, BindOutcome, already_ours
 
 GANG = ("ns", "g")
 THROTTLED = ApiError(429, "TooManyRequests", "too many requests, please try again later")
@@ -128,7 +128,7 @@ def test_a_uid_precondition_conflict_is_not_mistaken_for_our_own_bind() -> None:
 
 @pytest.mark.apiserver
 def test_the_real_api_servers_second_binding_refusal_is_recognised_only_for_the_same_node(apiserver) -> None:  # type: ignore[no-untyped-def]
-    from agent.adapters import kube
+    from agent.common.adapters import kube
 
     api = kube.connect(str(apiserver.kubeconfig))
     name = f"twice-{uuid.uuid4().hex[:8]}"

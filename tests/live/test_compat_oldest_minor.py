@@ -25,11 +25,11 @@ from realparts import missing
 from test_deploy_manifests import CAN_I, NAMESPACE_OF, readme_install_steps
 
 from agent.cluster_model import load_model
+from agent.common.report import ComponentHealth, Health, node_topology_object
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, node_topology_object
 from aggregator.placement.adapters import kube
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "tests" / "models" / "small-tree.yaml"
 TAINT = "hypertopo.io/fabric-unhealthy"
 WORKLOAD_PODGROUPS = "podgroups.scheduling.k8s.io"  # the Workload API's, served from 1.37

@@ -21,9 +21,9 @@ from controlplane.harness import ControlPlane
 from renders import node_marks_overlay
 
 from agent.adapters.node_topology import KubeApi
-from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
+from agent.common.report import ComponentHealth, Health, NodeReport, node_topology_object
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NS = "hypertopo-system"
 AGENT_NS = "hypertopo-agent"  # the only namespace at Pod Security privileged
 NAMESPACE_OF = {"hypertopo-agent": AGENT_NS, "hypertopo-aggregator": NS, "hypertopo-scheduler": NS}

@@ -19,7 +19,7 @@ from realparts import missing, require_binary
 from agent.collect import CollectConfig, Prober
 from agent.metrics import AgentMetrics, PublishCounts
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "daemonset" / "monitoring"
 TREES = REPO / "tests" / "fixtures" / "sysfs"
 

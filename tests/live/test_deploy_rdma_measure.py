@@ -2,7 +2,7 @@
 one kustomize component (`daemonset/components/rdma-measure`, with docs/install.md's overlay).
 Both give the agent, and nothing else, what perftest needs: the host's /dev/infiniband read-write,
 CAP_IPC_LOCK beside NET_RAW (memory registration past the memlock limit), the two flags, and where
-asked the RDMA device plugin's resource. Off, the render is the default one (tests/test_helm_chart.py
+asked the RDMA device plugin's resource. Off, the render is the default one (tests/live/test_helm_chart.py
 holds that to `kubectl kustomize daemonset/`); bad values fail the chart with the reason; the API
 server accepts the overlay in the agent's namespace (Pod Security `privileged`)."""
 
@@ -19,7 +19,7 @@ import yaml
 from controlplane.harness import ControlPlane
 from renders import docs, kustomize, server_dry_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hypertopo"
 NS = "hypertopo-system"
 AGENT = ("DaemonSet", "hypertopo-agent")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from realparts import require_binary, require_root
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "lab"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lab"))
 
 from fabric_lab import FabricLab, lab, wait_for
 

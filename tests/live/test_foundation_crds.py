@@ -10,8 +10,8 @@ import pytest
 import yaml
 from controlplane.harness import ControlPlane
 
-from agent import crd_schema
-from agent.report import (
+from agent.common import crd_schema
+from agent.common.report import (
     ComponentHealth,
     Health,
     NodeReport,
@@ -21,7 +21,7 @@ from agent.report import (
     report_from_spec,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.apiserver
 
 
@@ -179,5 +179,5 @@ def test_node_topology_schema_rejects_a_wrong_health_state(apiserver: ControlPla
 def test_committed_node_topology_crd_matches_the_report_dataclasses() -> None:
     committed = (REPO / "crds" / "nodetopologies.hypertopo.io.yaml").read_text()
     assert yaml.safe_load(committed) == crd_schema.crd(), (
-        "run: python -m agent.crd_schema > crds/nodetopologies.hypertopo.io.yaml"
+        "run: python -m agent.common.crd_schema > crds/nodetopologies.hypertopo.io.yaml"
     )

@@ -8,7 +8,7 @@ import json
 import pytest
 from controlplane.harness import ControlPlane
 
-from agent.report import (
+from agent.common.report import (
     ComponentHealth,
     Finding,
     Health,

@@ -18,8 +18,8 @@ from realparts import ip, veth_netns
 
 from agent.adapters.netlink import dump_links
 from agent.collect import CollectConfig, Prober
+from agent.common.report import Health
 from agent.probes.grey import GreyConfig
-from agent.report import Health
 
 pytestmark = pytest.mark.netns
 

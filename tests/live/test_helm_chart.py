@@ -14,7 +14,7 @@ import yaml
 from controlplane.harness import ControlPlane
 from renders import node_marks_overlay
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hypertopo"
 NS = "hypertopo-system"
 AGENT_NS = "hypertopo-agent"

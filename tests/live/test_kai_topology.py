@@ -19,13 +19,13 @@ import yaml
 from realparts import missing
 from test_kueue_topology import FAT_TREE, FakeStore, _hypernodes
 
-from agent.api_error import ApiError
+from agent.common.api_error import ApiError
 from aggregator.adapters.kai import KaiTopologyClient
 from aggregator.adapters.kube import connect
-from aggregator.kai_topology import API_VERSION, KaiTopologyKeeper, topology_object
-from aggregator.kueue_topology import ABSENT_RECHECK_SECONDS, HOSTNAME_LABEL, levels_of
+from aggregator.live.kai_topology import API_VERSION, KaiTopologyKeeper, topology_object
+from aggregator.live.kueue_topology import ABSENT_RECHECK_SECONDS, HOSTNAME_LABEL, levels_of
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SMALL_TREE = ("hypertopo.io/spine", "hypertopo.io/leaf", HOSTNAME_LABEL)
 
 
@@ -49,7 +49,7 @@ def test_kai_absent_is_logged_once_and_asked_again_rarely(caplog: pytest.LogCapt
     absent = FakeStore()
     absent.absent = True
     keeper = KaiTopologyKeeper(absent)
-    with caplog.at_level(logging.INFO, logger="aggregator.kueue_topology"):
+    with caplog.at_level(logging.INFO, logger="aggregator.live.kueue_topology"):
         for now in (0.0, 1.0, 2.0):
             assert keeper.sync(_hypernodes("small-tree.yaml"), now=now) == 0
     said = [r.getMessage() for r in caplog.records]
@@ -69,7 +69,7 @@ def test_without_rbac_for_kais_topologies_one_warning_and_asked_again_rarely(cap
     one per reconcile."""
     store = ForbiddenStore()
     keeper = KaiTopologyKeeper(store)
-    with caplog.at_level(logging.INFO, logger="aggregator.kueue_topology"):
+    with caplog.at_level(logging.INFO, logger="aggregator.live.kueue_topology"):
         for now in (0.0, 1.0, 2.0):
             assert keeper.sync(_hypernodes("small-tree.yaml"), now=now) == 0
     said = [r.getMessage() for r in caplog.records]
@@ -102,7 +102,7 @@ def test_without_kais_crd_the_real_api_server_answer_means_absent(apiserver: Any
     client = KaiTopologyClient(kube)
     client.resource = dataclasses.replace(client.resource, version="v1alpha0")
     keeper = KaiTopologyKeeper(client, name=f"hypertopo-{unique}")
-    with caplog.at_level(logging.INFO, logger="aggregator.kueue_topology"):
+    with caplog.at_level(logging.INFO, logger="aggregator.live.kueue_topology"):
         assert keeper.sync(_hypernodes("small-tree.yaml"), now=0.0) == 0
     assert keeper.seen.absent_api
     assert any("KAI's Topology API" in r.getMessage() and "is not served" in r.getMessage() for r in caplog.records)

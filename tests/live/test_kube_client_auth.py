@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from controlplane.harness import ControlPlane
 
-from agent.adapters import kube
-from agent.api_error import ApiError
+from agent.common.adapters import kube
+from agent.common.api_error import ApiError
 
 pytestmark = pytest.mark.apiserver
 

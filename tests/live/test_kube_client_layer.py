@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from aggregator_controller_kit import wait_for
 
-from agent.adapters import kube
-from agent.adapters.informer import Informer
-from agent.adapters.kube import HYPERNODES, WatchEvent, config_source
-from agent.api_error import ApiError
+from agent.common.adapters import kube
+from agent.common.adapters.informer import Informer
+from agent.common.adapters.kube import HYPERNODES, WatchEvent, config_source
+from agent.common.api_error import ApiError
 
 
 def test_an_explicit_kubeconfig_wins_over_the_environment_and_the_pod(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The lean API-server transport (`agent.adapters.kube_http`): kept-alive connections are reused,
+"""The lean API-server transport (`agent.common.adapters.kube_http`): kept-alive connections are reused,
 both body framings are read, a connection the server closed while idle is never used, the
 idle-close race is retried once (only on a reused connection), broken answers fail clearly, a
 streamed answer can be stopped from another thread; and against the real API server (TLS) warmed
@@ -19,8 +19,8 @@ import pytest
 import yaml
 from controlplane.harness import ControlPlane
 
-from agent.adapters import kube, kube_http
-from agent.api_error import ApiError
+from agent.common.adapters import kube, kube_http
+from agent.common.api_error import ApiError
 
 Handler = Callable[[int, bytes], bytes | None]  # (request number on this connection, request) -> answer
 

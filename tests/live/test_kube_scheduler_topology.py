@@ -39,11 +39,11 @@ from placement_live import Cluster, kwok_running, wait_for
 from realparts import free_port, missing, stop_processes
 
 from agent.cluster_model import load_model
+from agent.common.report import ComponentHealth, Health, NodeReport, node_topology_object
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 from aggregator.placement.adapters import kube
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "tests" / "models" / "small-tree.yaml"
 AGENT_NS = "hypertopo-system"
 AGENT_MANAGER = "hypertopo-agent"

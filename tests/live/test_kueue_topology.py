@@ -15,11 +15,11 @@ import pytest
 import yaml
 from realparts import missing
 
-from agent.api_error import ApiError
 from agent.cluster_model import load_model
+from agent.common.api_error import ApiError
 from aggregator.adapters.kube import connect
 from aggregator.adapters.kueue import TopologyClient
-from aggregator.kueue_topology import (
+from aggregator.live.kueue_topology import (
     ABSENT_RECHECK_SECONDS,
     HOSTNAME_LABEL,
     RECHECK_SECONDS,
@@ -29,7 +29,7 @@ from aggregator.kueue_topology import (
 )
 from aggregator.pipeline import ClusterInputs, Pipeline
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FAT_TREE = ("hypertopo.io/core", "hypertopo.io/spine", "hypertopo.io/leaf", HOSTNAME_LABEL)
 
 

@@ -30,7 +30,7 @@ from agent.lldp.lldpcli import parse_json
 
 pytestmark = pytest.mark.netns
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SWITCH_NAME = "leaf-sw1"
 HOST_NAME = "gpu-node-1"
 SWITCH_PORT = "swp1"
@@ -118,7 +118,7 @@ class Listener:
 
     def __init__(self, fab: Fabric) -> None:
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
-        script = str(REPO / "tests" / "lldp_netns_listener.py")
+        script = str(REPO / "tests" / "kits/lldp_netns_listener.py")
         argv = [fab.ip, "netns", "exec", fab.host_ns, sys.executable, script, HOST_PORT]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -155,7 +155,7 @@ class Listener:
 
 def _send_captures(fab: Fabric, captures: list[Path]) -> int:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    script = str(REPO / "tests" / "lldp_netns_sender.py")
+    script = str(REPO / "tests" / "kits/lldp_netns_sender.py")
     argv = [fab.ip, "netns", "exec", fab.switch_ns, sys.executable, script, SWITCH_PORT, *map(str, captures)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
     assert proc.returncode == 0, proc.stderr

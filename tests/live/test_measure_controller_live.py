@@ -26,13 +26,13 @@ from controlplane.harness import ControlPlane
 from realparts import free_port
 
 from agent.cluster_model import load_model
+from agent.common.measure_rows import from_wire, rows
+from agent.common.report import ComponentHealth, Health, Measurement, NodeReport, node_topology_object
 from agent.measure_plan import domains_from_hypernodes
-from agent.measure_rows import from_wire, rows
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, Measurement, NodeReport, node_topology_object
 from aggregator.sources.measured import INSIDE, SIBLING
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "tests" / "models" / "small-tree.yaml"
 pytestmark = pytest.mark.apiserver
 

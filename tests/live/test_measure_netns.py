@@ -14,8 +14,8 @@ import pytest
 from lab.measure_net import MeasureNet
 from realparts import require_binary, require_root
 
+from agent.common.report import Measurement, report_from_spec
 from agent.measure_plan import Domain
-from agent.report import Measurement, report_from_spec
 from aggregator.measured import fold, infer_leaves
 
 pytestmark = pytest.mark.netns

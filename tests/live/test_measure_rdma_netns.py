@@ -15,7 +15,7 @@ import pytest
 from lab.measure_net import MeasureNet
 from realparts import require_binary, require_root
 
-from agent.report import report_from_spec
+from agent.common.report import report_from_spec
 
 pytestmark = pytest.mark.netns
 RDMA = frozenset({"h1", "h2", "h4"})  # h1, h2 share leaf1; h4 is in leaf2
@@ -58,7 +58,7 @@ def test_rows_between_rdma_hosts_come_from_perftest_and_every_other_row_from_udp
         # RC completes every iteration or fails the run (then the row says udp). UDP loss is not
         # judged here: the bandwidth runs (512 KiB each) fill the lab's user-space hubs' queues
         # and a concurrent UDP probe to the same host can miss its 1 s (a round without trains
-        # loses none); tests/test_measure_netns.py holds UDP to its loss
+        # loses none); tests/live/test_measure_netns.py holds UDP to its loss
         if want == "rdma":
             assert m.loss_percent == 0.0, (host, peer, m)
     rdma = {pair: m for pair, m in measured.items() if m.transport == "rdma"}

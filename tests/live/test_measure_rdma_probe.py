@@ -30,9 +30,9 @@ from agent.adapters.rdma_probe import (
     supports_bind,
 )
 from agent.adapters.udp_probe import UdpResponder, UdpTransport
+from agent.common.measure_rows import PlanRow
 from agent.fabric_measure import FabricMeasure, MeasureMetrics
 from agent.measure_cli import _transport, interface_of
-from agent.measure_rows import PlanRow
 from agent.measure_transport import RdmaEndpoint, choose, find_endpoint, missing_tools, verbs_device_problem
 
 PROBER, PEER = "127.0.0.1", "127.0.0.2"

@@ -14,8 +14,8 @@ import pytest
 from realparts import ip, require_root, veth_netns
 
 from agent.adapters.netlink import LinkWatcher, NetlinkUnavailable, dump_links
+from agent.common.report import Health
 from agent.probes import net
-from agent.report import Health
 
 pytestmark = pytest.mark.netns
 

@@ -29,7 +29,7 @@ from agent.runner import Agent, RunConfig
 
 pytestmark = pytest.mark.netns
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PODS = 6  # veth pairs per wave, as a node starting and stopping a handful of pods
 
 

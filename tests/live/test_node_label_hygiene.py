@@ -25,14 +25,14 @@ from controlplane.harness import ControlPlane
 from test_kai_topology import install_kai_topology_crd
 
 from agent.cluster_model import load_model, parse_model
+from agent.common.report import node_topology_object
 from agent.model_probe import report_for
-from agent.report import node_topology_object
-from aggregator.kueue_topology import HOSTNAME_LABEL
+from aggregator.live.kueue_topology import HOSTNAME_LABEL
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.render import domain_name
-from aggregator.tiers import NVLINK
+from aggregator.tiers.infer import NVLINK
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "tests" / "models"
 PREFIX = "hypertopo.io/"
 

@@ -1,7 +1,7 @@
 """`hypertopo-aggregator tree` and `render --format dot`: the fabric as a tree people read (issue 13).
 
 The cluster is the README's: a modelled 3-tier fat-tree of 16 nodes whose agents report through
-`probe --model`, with h006's RDMA port down and h011's agent silent (tests/operator_view_example.py).
+`probe --model`, with h006's RDMA port down and h011's agent silent (tests/kits/operator_view_example.py).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import yaml
 from operator_view_example import FAILED_RDMA, render_args, write
 from realparts import require_binary
 
-from aggregator.tree import Tree, View, render_text
-from aggregator.tree_dot import render_dot
+from aggregator.tree.dot import render_dot
+from aggregator.tree.model import Tree, View, render_text
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 EXPECTED = """\
 7 HyperNodes, 16 nodes; tiers core > spine > leaf; 5 not healthy

@@ -11,11 +11,11 @@ import pytest
 import yaml
 from volcano_live import volcano_crds
 
-from aggregator.placement import gang_health
-from aggregator.placement.podgroups import GangView
-from aggregator.placement.recovery import GangClock, Look
-from aggregator.placement.state import VOLCANO, XK8S
-from aggregator.placement.topology import build
+from aggregator.placement.core import gang_health
+from aggregator.placement.core.topology import build
+from aggregator.placement.kinds.podgroups import GangView
+from aggregator.placement.live.state import VOLCANO, XK8S
+from aggregator.placement.sim.recovery import GangClock, Look
 
 LEAVES = {"leaf-a": ["a1", "a2"], "leaf-b": ["b1", "b2"]}
 

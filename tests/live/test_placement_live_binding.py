@@ -14,7 +14,7 @@ import pytest
 from placement_live import Cluster, wait_for
 
 from aggregator.placement.adapters import kube
-from aggregator.placement.resources import Resources
+from aggregator.placement.core.resources import Resources
 
 pytestmark = pytest.mark.apiserver
 

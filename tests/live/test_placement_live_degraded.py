@@ -12,7 +12,7 @@ import time
 import pytest
 from placement_live import Cluster, wait_for
 
-from aggregator.node_marks import DEGRADED_ANNOTATION
+from aggregator.live.node_marks import DEGRADED_ANNOTATION
 from aggregator.placement.adapters import kube
 
 pytestmark = pytest.mark.apiserver

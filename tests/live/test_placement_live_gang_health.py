@@ -14,9 +14,9 @@ import pytest
 from controlplane.harness import ControlPlane
 from placement_live import Cluster, wait_for
 
-from aggregator.placement import gang_health
 from aggregator.placement.adapters import kube
-from aggregator.placement.gang_watch import RATIO_ANNOTATION
+from aggregator.placement.core import gang_health
+from aggregator.placement.live.gang_watch import RATIO_ANNOTATION
 
 pytestmark = pytest.mark.apiserver
 

@@ -15,11 +15,11 @@ import time
 import pytest
 from placement_live import Cluster, wait_for
 
-from aggregator.placement import spares
 from aggregator.placement.adapters import kube
-from aggregator.placement.breaker import BreakerPolicy
-from aggregator.placement.breaker_control import CLOSE_ANNOTATION
-from aggregator.placement.scheduler import Scheduler
+from aggregator.placement.core import spares
+from aggregator.placement.core.breaker import BreakerPolicy
+from aggregator.placement.live.breaker_control import CLOSE_ANNOTATION
+from aggregator.placement.live.scheduler import Scheduler
 
 pytestmark = pytest.mark.apiserver
 CONFIGMAPS = kube.Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)

@@ -32,7 +32,7 @@ from realparts import free_port, missing, stop_processes
 from aggregator.placement.adapters import kube
 
 pytestmark = pytest.mark.apiserver
-README = Path(__file__).resolve().parent.parent / "docs" / "scheduling.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "scheduling.md"
 
 
 @pytest.fixture(autouse=True)

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from placement_live import Cluster, wait_for
 
-from aggregator.placement import hostfile, ranks
 from aggregator.placement.adapters import kube
-from aggregator.placement.state import VOLCANO, XK8S, ClusterState
-from aggregator.placement.status_writer import StatusWriter
+from aggregator.placement.core import ranks
+from aggregator.placement.live import hostfile
+from aggregator.placement.live.state import VOLCANO, XK8S, ClusterState
+from aggregator.placement.live.status_writer import StatusWriter
 
 
 class RecordingApi:

@@ -18,8 +18,8 @@ from controlplane.harness import ControlPlane
 from placement_live import KEEP_RUNNING, Cluster, keep_running_stages, kwok_running, wait_for
 from volcano_live import volcano_running
 
-from aggregator.placement import ranks
 from aggregator.placement.adapters import kube
+from aggregator.placement.core import ranks
 
 pytestmark = pytest.mark.apiserver
 

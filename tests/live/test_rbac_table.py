@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hypertopo"
 NS = "hypertopo-system"
 Grant = tuple[str, str, str, str]  # (ServiceAccount, "cluster" or namespace, resource, verb)

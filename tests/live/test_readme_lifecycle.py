@@ -26,12 +26,12 @@ import yaml
 from controlplane.harness import ControlPlane, ControlPlaneError, running
 from realparts import missing
 
-from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
-from aggregator.kueue_topology import DEFAULT_NAME, topology_object
-from aggregator.node_marks import DEGRADED_ANNOTATION, LABEL_PREFIX, TAINT_KEY
-from aggregator.reconcile import OWNER_LABELS
+from agent.common.report import ComponentHealth, Health, NodeReport, node_topology_object
+from aggregator.live.kueue_topology import DEFAULT_NAME, topology_object
+from aggregator.live.node_marks import DEGRADED_ANNOTATION, LABEL_PREFIX, TAINT_KEY
+from aggregator.live.reconcile import OWNER_LABELS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NS = "hypertopo-system"
 KUSTOMIZE_APP = "kubectl apply -k daemonset/"
 pytestmark = pytest.mark.apiserver

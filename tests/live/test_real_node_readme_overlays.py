@@ -1,4 +1,4 @@
-"""The README's two overlays the real-node tests install (tests/test_real_node.py), checked here
+"""The README's two overlays the real-node tests install (tests/live/test_real_node.py), checked here
 without a node: each renders exactly what its Helm equivalent in the README renders.
 
 - Virtual fabric NICs (`nics-overlay/`): the agent's `--interfaces` names them, as the README's
@@ -15,7 +15,7 @@ from pathlib import Path
 from test_agent_lldpd_socket import write_overlay
 from test_helm_chart import CHART, NS, _differences, _objects
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 AGENT = ("DaemonSet", "hypertopo-agent", "hypertopo-agent")
 
 

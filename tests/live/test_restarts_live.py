@@ -26,15 +26,15 @@ from aggregator_controller_kit import AggregatorProcess, set_ready
 from controlplane.harness import ControlPlane, running
 from realparts import http_get, require_binary, require_root, stop_processes, wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "lab"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lab"))
 
 from fabric_net import MGMT_GATEWAY, FabricNet
 
-from agent.adapters.informer import Informer
+from agent.common.adapters.informer import Informer
 from aggregator.adapters.kube import HYPERNODES, NODETOPOLOGIES, KubeClient, connect
 
 pytestmark = [pytest.mark.netns, pytest.mark.apiserver]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NS = "hypertopo-system"
 TX_INTERVAL = "5"  # seconds between LLDP frames of the lab's switches (TTL 16 s with tx-hold 3)
 LEASE = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5")

@@ -17,10 +17,10 @@ import pytest
 from placement_live import Cluster, wait_for
 from realparts import free_port, stop_processes
 
-from agent.adapters.kube import LEASES
+from agent.common.adapters.kube import LEASES
 
 pytestmark = pytest.mark.apiserver
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LEASE = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5")
 GANG = 60  # 1-GPU pods: fits one 8 x 8-GPU leaf, not two half leaves under the hard tier-1 limit
 HARD_LEAF = {"volcano.sh/network-topology-mode": "hard", "volcano.sh/network-topology-highest-tier": "1"}

@@ -1,4 +1,4 @@
-"""Slim records (aggregator.slim) carry everything their readers read: a kubelet-sized Node, a
+"""Slim records (aggregator.live.slim) carry everything their readers read: a kubelet-sized Node, a
 NodeTopology, agent and workload Pods cut down on arrival give the aggregator's tree, its node
 marks and the scheduler's state exactly what the whole objects give, without images,
 managedFields of others or the raw report."""
@@ -16,11 +16,10 @@ import pytest
 from aggregator_controller_kit import nodetopology, wait_for
 from aggregator_fabric import ibnetdiscover_dump
 
-from agent.adapters.informer import Informer
-from agent.adapters.kube import NODES, WatchEvent
 from agent.cluster_model import DOMAIN_ANNOTATION, parse_model
-from agent.model_probe import report_for
-from agent.report import (
+from agent.common.adapters.informer import Informer
+from agent.common.adapters.kube import NODES, WatchEvent
+from agent.common.report import (
     ComponentHealth,
     Finding,
     Health,
@@ -30,15 +29,16 @@ from agent.report import (
     WireError,
     node_topology_object,
 )
-from aggregator import node_marks, slim
-from aggregator.controller import ClusterView, agent_readiness, build_parser, pipeline_compute
-from aggregator.feed import node_label_map, node_readiness
+from agent.model_probe import report_for
 from aggregator.graph import hca_guids
-from aggregator.placement.decide import why_not
-from aggregator.placement.state import ClusterState, _node_view
-from aggregator.reconcile import ApiError
+from aggregator.live import node_marks, slim
+from aggregator.live.controller import ClusterView, agent_readiness, build_parser, pipeline_compute
+from aggregator.live.feed import node_label_map, node_readiness
+from aggregator.live.reconcile import ApiError
+from aggregator.live.slim_report import trim_report
+from aggregator.placement.core.decide import why_not
+from aggregator.placement.live.state import ClusterState, _node_view
 from aggregator.registry import load_sources
-from aggregator.slim_report import trim_report
 from aggregator.sources.nodetopology import (
     PARSED_KEY,
     cabled_switches,
@@ -47,7 +47,7 @@ from aggregator.sources.nodetopology import (
     nvlink_domain_id,
     report_from_object,
 )
-from aggregator.tree_explain import heard
+from aggregator.tree.explain import heard
 
 
 def kubelet_node(name: str, *, ready: str = "True", labelled: bool = False) -> dict[str, Any]:

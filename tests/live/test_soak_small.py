@@ -1,4 +1,4 @@
-"""The soak (tests/bench_soak.py) at a tiny size is a check of its own: on a real API server, two
+"""The soak (tests/bench/bench_soak.py) at a tiny size is a check of its own: on a real API server, two
 aggregator replicas under RDMA port flaps, the leader killed with kill -9 mid-run, never delete or
 re-create a HyperNode, the standby takes over, every report edit shows in its leaf's condition, and
 the tree at the end equals a fresh `hypertopo-aggregator render` of the reports."""

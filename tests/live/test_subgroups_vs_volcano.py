@@ -1,7 +1,7 @@
 """Differential test: the real vc-scheduler (v1.14.1, network-topology-aware plugin) and
 hypertopo-scheduler on the same cluster state and the same Volcano PodGroups with sub-groups.
 
-Cases come from seeds (tests/subgroup_cases.py): sizes, label keys, labelSelector, subGroupSize,
+Cases come from seeds (tests/kits/subgroup_cases.py): sizes, label keys, labelSelector, subGroupSize,
 minSubGroups, hard and soft tier limits for sub-groups and gang, pods in no sub-group, minMember,
 and free capacity fragmented by pods already bound. Each case runs on a pool of its own (12 kwok
 nodes under their own HyperNodes, pods pinned there by nodeSelector), CASES_PER_ROUND side by side.
@@ -50,7 +50,7 @@ from subgroup_cases import (
 from volcano_live import DEFAULT_CONF, SCHEDULER_NAME, volcano_dir, volcano_running
 
 from aggregator.placement.adapters import kube
-from aggregator.placement.scheduler import Options, Scheduler
+from aggregator.placement.live.scheduler import Options, Scheduler
 
 pytestmark = pytest.mark.apiserver
 SEED = int(os.environ.get("HYPERTOPO_SUBGROUP_SEED", "2024"))  # another seed explores other cases

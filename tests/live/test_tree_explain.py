@@ -16,15 +16,15 @@ import yaml
 from aggregator_fabric import ibnetdiscover_dump
 
 from agent.cluster_model import load_model
+from agent.common.report import Interface, LldpNeighbour, NodeReport, node_topology_object
 from agent.model_probe import report_for
-from agent.report import Interface, LldpNeighbour, NodeReport, node_topology_object
-from aggregator import cli, tree_explain
-from aggregator.controller import ClusterView, Controller, Options, build_parser, pipeline_compute
-from aggregator.metrics import AggregatorMetrics
+from aggregator import cli
+from aggregator.live.controller import ClusterView, Controller, Options, build_parser, pipeline_compute
+from aggregator.live.metrics import AggregatorMetrics
 from aggregator.pipeline import ClusterInputs, Pipeline
-from aggregator.tree import Tree
-from aggregator.tree_cli import explain_tree
-from aggregator.tree_explain import (
+from aggregator.tree import explain as tree_explain
+from aggregator.tree.cli import explain_tree
+from aggregator.tree.explain import (
     NO_DOMAIN,
     NO_FABRIC_SOURCE,
     NO_NEIGHBOURS,
@@ -36,8 +36,9 @@ from aggregator.tree_explain import (
     Narrator,
     explain,
 )
+from aggregator.tree.model import Tree
 
-MODEL = load_model(str(Path(__file__).parent / "models" / "small-tree.yaml"))
+MODEL = load_model(str(Path(__file__).parent.parent / "models" / "small-tree.yaml"))
 NODES = MODEL.nodes()  # node01..node08: node01-04 on leaf1, node05-08 on leaf2
 
 
@@ -134,7 +135,7 @@ def test_the_controller_logs_a_changed_explanation_once_and_exports_it(caplog: p
     def gauge(name: str, reason: str) -> float | None:
         return metrics.registry.get_sample_value(f"hypertopo_aggregator_{name}", {"reason": reason})
 
-    with caplog.at_level(logging.INFO, logger="aggregator.tree_explain"):
+    with caplog.at_level(logging.INFO, logger="aggregator.tree.explain"):
         for _ in range(3):  # the same tree every reconcile: said once
             controller._explain(compute(deaf_view, 0.0), deaf_view)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -143,7 +144,7 @@ def test_the_controller_logs_a_changed_explanation_once_and_exports_it(caplog: p
     assert gauge("nodes_unplaced", NO_NEIGHBOURS) == 8
     caplog.clear()
     whole = ClusterView({n: node_topology_object(cabled(n)) for n in NODES}, nodes, None)
-    with caplog.at_level(logging.INFO, logger="aggregator.tree_explain"):
+    with caplog.at_level(logging.INFO, logger="aggregator.tree.explain"):
         controller._explain(compute(whole, 1.0), whole)
     assert [r.getMessage() for r in caplog.records] == ["tree: every node is in a HyperNode again"]
     assert gauge("tree_empty_reason", NO_FABRIC_SOURCE) == 0 and gauge("nodes_unplaced", NO_NEIGHBOURS) == 0

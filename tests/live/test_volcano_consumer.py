@@ -34,14 +34,14 @@ from realparts import free_port, stop_processes
 from volcano_live import CONTROLLERS, SCHEDULER_NAME, Volcano, volcano_crds, volcano_dir, volcano_running
 
 from agent.cluster_model import load_model
+from agent.common.report import ComponentHealth, Health, NodeReport, node_topology_object
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport, node_topology_object
 from aggregator.pipeline import ClusterInputs, Pipeline
-from aggregator.placement import gang_health
 from aggregator.placement.adapters import kube
-from aggregator.placement.scheduler import Options, Scheduler
+from aggregator.placement.core import gang_health
+from aggregator.placement.live.scheduler import Options, Scheduler
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "tests" / "models" / "small-tree.yaml"
 AGENT_NS = "hypertopo-system"
 TAINT = "hypertopo.io/fabric-unhealthy"

@@ -16,8 +16,8 @@ from controlplane.harness import ControlPlane
 from placement_live import Cluster, wait_for
 from test_volcano_jobs_hypertopo_scheduler import job_body, job_phase, podgroup_of, volcano_job_plane
 
-from aggregator.placement import spares
 from aggregator.placement.adapters import kube
+from aggregator.placement.core import spares
 
 pytestmark = pytest.mark.apiserver
 FAULT = "hypertopo.io/on-fabric-fault"

@@ -18,10 +18,10 @@ from realparts import wait_for
 from test_lldp_neighbour_table import frame
 
 from agent.collect import CollectConfig, Prober
+from agent.common.report import Health, LldpNeighbour, NodeReport, node_topology_object
 from agent.probes.lldp import NeighbourTable
 from agent.probes.nvml_fake import FakeNvml
 from agent.publish import ApiError, Backoff, Publisher
-from agent.report import Health, LldpNeighbour, NodeReport, node_topology_object
 from agent.runner import Agent, RunConfig
 
 

@@ -10,8 +10,8 @@ import pytest
 from agent_host import HGX_SYSFS, LINKS, NODE, fixture_prober
 
 from agent.collect import CollectConfig, ConfigError, Prober, check_nvml_mode, failed_components, timed
+from agent.common.report import COMPONENTS, Health, ProbeResult
 from agent.probes.nvml_fake import FakeNvml
-from agent.report import COMPONENTS, Health, ProbeResult
 
 
 def test_fixture_host_reports_every_component_healthy() -> None:

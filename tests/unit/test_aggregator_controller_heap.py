@@ -1,6 +1,6 @@
 """The controller takes its start-up heap out of the garbage collector's sight once the informers
 have listed everything and the first cycle has computed from it: at 100,000 nodes those are ~9
-million objects that every full collection would walk again for nothing (aggregator.controller
+million objects that every full collection would walk again for nothing (aggregator.live.controller
 `freeze_start_up_heap`)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 
 from agent.cluster_model import DOMAIN_ANNOTATION, parse_model
 from agent.model_probe import report_for
-from aggregator.controller import ClusterView, Controller, Options, freeze_start_up_heap
-from aggregator.metrics import AggregatorMetrics
+from aggregator.live.controller import ClusterView, Controller, Options, freeze_start_up_heap
+from aggregator.live.metrics import AggregatorMetrics
 from aggregator.pipeline import ClusterInputs, Pipeline
 
 

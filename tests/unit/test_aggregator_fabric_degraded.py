@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from agent.cluster_model import parse_model
+from agent.common.report import ComponentHealth, Finding, Health, NodeReport
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Finding, Health, NodeReport
 from aggregator.health import (
     FABRIC_DEGRADED,
     HoldDown,

@@ -21,7 +21,7 @@ from agent.model_probe import report_for
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources import ibnetdiscover
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent.parent / "models"
 NOW = 1_700_000_000
 IDENTITY = "hypertopo.io/domain-identity"
 

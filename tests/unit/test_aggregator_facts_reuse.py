@@ -14,7 +14,7 @@ from aggregator.pipeline import ClusterInputs
 from aggregator.sources import nodetopology
 from aggregator.sources.nodetopology import NodeReports
 
-MODEL = load_model(str(Path(__file__).parent / "models" / "nvl72-racks.yaml"))
+MODEL = load_model(str(Path(__file__).parent.parent / "models" / "nvl72-racks.yaml"))
 
 
 def _graph(source: NodeReports, reports: dict) -> FabricGraph:  # type: ignore[type-arg]

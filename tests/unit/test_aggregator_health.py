@@ -9,8 +9,8 @@ import pytest
 
 from agent.cluster_model import parse_model
 from agent.collect import CollectConfig, Prober
+from agent.common.report import ComponentHealth, Health, NodeReport, NvLinkDomain, node_topology_object
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport, NvLinkDomain, node_topology_object
 from aggregator.health import (
     Condition,
     HoldDown,
@@ -196,7 +196,7 @@ def test_condition_wire_form_is_a_metav1_condition() -> None:
 
 def test_a_report_with_a_never_cabled_port_read_from_the_wire_is_a_healthy_member() -> None:
     """What the agent publishes for a dual-port HCA with port 2 never cabled (health `unused`)."""
-    tree = Path(__file__).parent / "fixtures" / "sysfs" / "down-port"
+    tree = Path(__file__).parent.parent / "fixtures" / "sysfs" / "down-port"
     report = Prober(CollectConfig("n1", sysfs=tree, nvml="off"), links=lambda: ()).collect()
     back = report_from_object(node_topology_object(report))
     assert [p.health for p in back.rdma[0].ports] == [Health.OK, Health.UNUSED]

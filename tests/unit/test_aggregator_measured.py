@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from agent.common.report import Measurement
 from agent.measure_plan import Domain, plan
-from agent.report import Measurement
 from aggregator.measured import fold, infer_leaves
 
 # two leaves of four under one spine: 10 us inside a leaf, 100 us across the spine

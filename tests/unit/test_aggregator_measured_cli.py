@@ -6,8 +6,8 @@ from __future__ import annotations
 import yaml
 from test_aggregator_measured import DOMAINS, LEAF
 
+from agent.common.report import ComponentHealth, Health, Measurement, NodeReport, node_topology_object
 from agent.measure_plan import plan
-from agent.report import ComponentHealth, Health, Measurement, NodeReport, node_topology_object
 from aggregator.cli import main
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.api_error import ApiError
+from agent.common.api_error import ApiError
+from agent.common.measure_rows import PLAN_DIGEST_KEY, UNPLACED, rows, to_wire
+from agent.common.report import ComponentHealth, Health, Measurement, NodeReport
 from agent.measure_plan import Domain, plan
-from agent.measure_rows import PLAN_DIGEST_KEY, UNPLACED, rows, to_wire
-from agent.report import ComponentHealth, Health, Measurement, NodeReport
 from aggregator.adapters.probe_plans import ProbePlanWriter
 from aggregator.graph import FabricGraph
 from aggregator.sources.measured import INSIDE, SIBLING, MeasuredFabric, MeasuredMetrics

@@ -5,7 +5,7 @@ of its classes from scratch."""
 
 from __future__ import annotations
 
-from aggregator.tiers import Domain, DomainTree, NodeClasses, TreeDomain, _Expansion
+from aggregator.tiers.infer import Domain, DomainTree, NodeClasses, TreeDomain, _Expansion
 
 
 def _classes(members: dict[str, set[str]]) -> NodeClasses:

@@ -10,12 +10,12 @@ import pytest
 from aggregator_fabric import ibnetdiscover_dump
 
 from agent.cluster_model import load_model
+from agent.common.report import ComponentHealth, Health, NodeReport
 from agent.model_probe import report_for
-from agent.report import ComponentHealth, Health, NodeReport
 from aggregator.pipeline import ClusterInputs, Desired, Pipeline
 from aggregator.sources import ibnetdiscover
 
-MODEL = load_model(str(Path(__file__).parent / "models" / "mixed-depth.yaml"))
+MODEL = load_model(str(Path(__file__).parent.parent / "models" / "mixed-depth.yaml"))
 FABRIC = ibnetdiscover.parse(ibnetdiscover_dump(MODEL))
 REPORTS = {n: report_for(MODEL, n) for n in MODEL.nodes()}
 RACK1 = "gb1-01"

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import yaml
 
-from agent import cluster_model, yaml_block, yaml_codec
+from agent import cluster_model
 from agent.cluster_model import load_model
+from agent.common import yaml_block, yaml_codec
+from agent.common.report import node_topology_object
 from agent.model_probe import report_for
-from agent.report import node_topology_object
 from aggregator import cli
 
-MODEL_FILE = Path(__file__).parent / "models" / "nvl72-racks.yaml"
+MODEL_FILE = Path(__file__).parent.parent / "models" / "nvl72-racks.yaml"
 MODEL = load_model(str(MODEL_FILE))
 
 

@@ -15,10 +15,10 @@ import pytest
 from aggregator_fabric import ibnetdiscover_dump
 
 from agent.cluster_model import load_model
+from agent.common.report import report_spec
 from agent.model_probe import report_for
-from agent.report import report_spec
-from aggregator.feed import PipelineFeed
 from aggregator.graph import FabricGraph
+from aggregator.live.feed import PipelineFeed
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.registry import SOURCES, add_source_arguments, load_sources
 from aggregator.sources import Cluster, OptionError, Source, SourceError
@@ -26,7 +26,7 @@ from aggregator.sources.ibnetdiscover import Dumps
 from aggregator.sources.model import ModelFile
 from aggregator.sources.nodetopology import NodeReports
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent.parent / "models"
 MODEL = load_model(str(MODELS / "small-tree.yaml"))
 NODES = sorted(MODEL.nodes())
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agent.cluster_model import parse_model
+from agent.common.report import Interface, LldpNeighbour, RdmaDevice, RdmaPort, node_topology_object
 from agent.model_probe import report_for
-from agent.report import Interface, LldpNeighbour, RdmaDevice, RdmaPort, node_topology_object
 from aggregator.graph import FabricGraph, normalise_guid
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources import labels, nodetopology, switch_lldp

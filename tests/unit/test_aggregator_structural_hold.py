@@ -13,7 +13,7 @@ from aggregator_changes import Cluster, sources
 from fake_clock import FakeClock
 
 from agent.cluster_model import load_model
-from agent.report import (
+from agent.common.report import (
     ComponentHealth,
     Health,
     LldpNeighbour,
@@ -22,11 +22,11 @@ from agent.report import (
     NvmlReport,
     RdmaDevice,
 )
-from aggregator.feed import PipelineFeed
+from aggregator.live.feed import PipelineFeed
+from aggregator.live.structural_hold import StructuralHold
 from aggregator.pipeline import Desired, Pipeline
-from aggregator.structural_hold import StructuralHold
 
-MODEL = load_model(str(Path(__file__).parent / "models" / "mixed-depth.yaml"))
+MODEL = load_model(str(Path(__file__).parent.parent / "models" / "mixed-depth.yaml"))
 DOMAIN = NvLinkDomain("6a1f3f5e-0000-4000-8000-00000000c0de", 3, "completed")
 
 
@@ -174,8 +174,8 @@ def test_the_feed_without_a_hold_down_reshapes_at_once() -> None:
 
 
 def test_the_controller_exports_how_many_nodes_are_held() -> None:
-    from aggregator.controller import ClusterView, build_parser, pipeline_compute
-    from aggregator.metrics import AggregatorMetrics
+    from aggregator.live.controller import ClusterView, build_parser, pipeline_compute
+    from aggregator.live.metrics import AggregatorMetrics
 
     cluster = Cluster.of(MODEL)
     metrics = AggregatorMetrics()

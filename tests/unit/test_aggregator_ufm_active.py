@@ -29,7 +29,7 @@ from aggregator.health import member_health, with_fabric_faults
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.registry import add_source_arguments, load_sources
 from aggregator.sources import ufm, ufm_graph
-from aggregator.tiers import infer
+from aggregator.tiers.infer import infer
 
 RAIL = model("rail-8.yaml")  # su1-n1..su2-n4, 8 rails
 NODE, HCA = "su1-n2", 3

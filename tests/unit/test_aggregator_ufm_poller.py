@@ -19,7 +19,7 @@ from ufm_standin import Fault, UfmStandIn, listings
 from agent.cluster_model import load_model
 from aggregator.adapters.ufm import UfmClient, UfmConfig, UfmFetchError, UfmPoller, read_credentials
 
-MODELS = Path(__file__).resolve().parent / "models"
+MODELS = Path(__file__).resolve().parent.parent / "models"
 SMALL = load_model(str(MODELS / "small-tree.yaml"))
 LOGGER = "aggregator.adapters.ufm"
 

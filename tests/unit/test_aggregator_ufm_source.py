@@ -19,9 +19,9 @@ from aggregator.graph import FabricGraph
 from aggregator.health import MemberState, member_health, with_fabric_faults
 from aggregator.sources import ibnetdiscover, nodetopology, ufm, ufm_graph
 from aggregator.sources.ibnetdiscover import HostNames
-from aggregator.tiers import infer
+from aggregator.tiers.infer import infer
 
-MODELS = Path(__file__).resolve().parent / "models"
+MODELS = Path(__file__).resolve().parent.parent / "models"
 MODEL_FILES = sorted(p.name for p in MODELS.glob("*.yaml"))
 
 

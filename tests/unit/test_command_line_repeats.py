@@ -2,7 +2,7 @@
 
 argparse's default for `nargs='+'` keeps only the last occurrence, so `--ibnetdiscover A
 --ibnetdiscover B` used to read B alone, silently. The parsers are built by
-`agent.command_line.CommandParser`, which makes every such option accumulate; the walk below covers
+`agent.common.command_line.CommandParser`, which makes every such option accumulate; the walk below covers
 every parser of every command, so an option added later (a new source's `add_arguments`) is held to
 the same rule.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from agent import cli as agent_cli
-from agent.command_line import REPEATED, CommandParser, parser_actions
+from agent.common.command_line import REPEATED, CommandParser, parser_actions
 from aggregator import cli as aggregator_cli
-from aggregator import controller
+from aggregator.live import controller
 from aggregator.placement import cli as scheduler_cli
-from aggregator.placement import scheduler
+from aggregator.placement.live import scheduler
 from aggregator.sources.labels import LabelLevels
 
 PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {

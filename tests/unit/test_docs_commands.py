@@ -11,7 +11,7 @@ Makefile's targets; and every repository path on the line (`tests/...`, `daemons
 must exist.
 
 docs/configuration.md's tables, one per command, are generated from the same parsers
-(`python tests/test_docs_commands.py` prints them); the test holds each table to its parser's
+(`python tests/unit/test_docs_commands.py` prints them); the test holds each table to its parser's
 options and defaults, so a new flag fails here until it is documented."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = ("hypertopo-agent", "hypertopo-aggregator", "hypertopo-scheduler")
 MODULES = {"agent.cli": "hypertopo-agent", "aggregator.cli": "hypertopo-aggregator",
            "aggregator.placement.cli": "hypertopo-scheduler"}  # fmt: skip
@@ -232,8 +232,8 @@ def test_a_made_up_flag_a_missing_subcommand_or_script_and_a_missing_path_are_fo
         "hypertopo-scheduler: no subcommand 'plan' (has run, simulate)"]
     assert line_problems("hypertopo-aggregator render --model tests/models/no-such.yaml") == [
         "no such path tests/models/no-such.yaml"]
-    assert line_problems("nice -n 10 python tests/bench_memory.py --inprocess 5000 --old-max 1") == []
-    assert line_problems("python tests/bench_memory.py --made-up") == ["python tests/bench_memory.py: no option --made-up"]
+    assert line_problems("nice -n 10 python tests/bench/bench_memory.py --inprocess 5000 --old-max 1") == []
+    assert line_problems("python tests/bench/bench_memory.py --made-up") == ["python tests/bench/bench_memory.py: no option --made-up"]
     assert line_problems("cd tests && python bench_no_such.py") == ["python bench_no_such.py: no such script"]
     assert line_problems("python -m agent.cli probe --made-up") == ["hypertopo-agent probe: no option --made-up"]
     assert line_problems("sudo make demo && make no-such-target") == ["make no-such-target: no such target"]
@@ -345,7 +345,7 @@ def test_the_configuration_page_has_one_table_per_command_with_every_option_and_
                     wrong.append(f"{command} {option}: documented {table[option]!r}, parser {_cell(default)!r}")
         known = {o for f, _, _ in option_rows(parser) for o in f.split(" ", 1)[0].replace(",", " ").split()}
         wrong += [f"{command} {flag}: documented, not an option" for flag in table if flag not in known]
-    assert (missing, wrong) == ([], []), "print the tables with `python tests/test_docs_commands.py`"
+    assert (missing, wrong) == ([], []), "print the tables with `python tests/unit/test_docs_commands.py`"
 
 
 def main(write: Callable[[str], object] = sys.stdout.write) -> None:

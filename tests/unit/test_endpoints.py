@@ -1,7 +1,7 @@
 """The one HTTP endpoint: /metrics speaks OpenMetrics and gzip when the scraper asks for them,
 each check answers at its path (503 with its reason when it fails), unknown paths are 404; its
 server bounds what clients can cost (slow heads time out, the connection cap refuses with
-Retry-After, hang-ups are counted, not printed). The load test is tests/test_endpoint_load.py."""
+Retry-After, hang-ups are counted, not printed). The load test is tests/fuzz/test_endpoint_load.py."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from agent.adapters.bounded_http import BoundedServer, Limits
-from agent.adapters.endpoints import Endpoint, serve
+from agent.common.adapters.bounded_http import BoundedServer, Limits
+from agent.common.adapters.endpoints import Endpoint, serve
 
 State = dict[str, bool]
 

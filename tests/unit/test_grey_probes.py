@@ -14,13 +14,13 @@ from agent_host import HGX_SYSFS, LINKS, NODE
 from fake_clock import FakeClock
 
 from agent.collect import PROBES, CollectConfig, Prober
+from agent.common.report import ComponentHealth, Finding, Health, report_spec
 from agent.probes import rdma
 from agent.probes.grey import CounterWindow, GreyConfig, RateLimit, fold, latch, parse_limit
 from agent.probes.link_training import ib_findings, max_mode_mbps
 from agent.probes.net import LinkRecord
 from agent.probes.nvlink_health import decode_health_mask, encode_health_mask
 from agent.probes.nvml_fake import FakeNvml
-from agent.report import ComponentHealth, Finding, Health, report_spec
 
 PORT = Path("class/infiniband/mlx5_3/ports/1")
 
@@ -334,7 +334,7 @@ def test_the_real_nvml_capture_script_records_fabric_health_pcie_and_counters(ho
     a GPU machine."""
     import importlib.util
 
-    script = Path(__file__).parent / "gpu" / "run_real_nvml.py"
+    script = Path(__file__).parent.parent / "gpu" / "run_real_nvml.py"
     spec = importlib.util.spec_from_file_location("run_real_nvml", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -8,8 +8,8 @@ from pathlib import Path
 import psutil
 import ttar
 
+from agent.common.report import Health, HostInfo
 from agent.probes import host
-from agent.report import Health, HostInfo
 
 MEMINFO = "MemTotal:       2113475584 kB\nMemFree:        2000000000 kB\n"
 CPUINFO = "".join(f"processor\t: {i}\nvendor_id\t: AuthenticAMD\n\n" for i in range(224))

@@ -13,11 +13,11 @@ import pcap_files as pcap
 import pytest
 
 from agent.cluster_model import parse_model
+from agent.common.report import node_topology_object
 from agent.lldp.frame import MalformedFrame, parse
 from agent.lldp.lldpcli import parse_json, parse_keyvalue
 from agent.model_probe import report_for
 from agent.probes.lldp import neighbour_from_frame
-from agent.report import node_topology_object
 from aggregator.sources import nodetopology
 
 

@@ -15,8 +15,8 @@ import pytest
 from fake_clock import FakeClock
 
 from agent.adapters.raw_socket import LldpListener
+from agent.common.report import Health
 from agent.probes.lldp import NeighbourTable
-from agent.report import Health
 
 
 def tlv(kind: int, value: bytes) -> bytes:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from agent.adapters.lldpd_socket import CommandOutput, LldpdReader
+from agent.common.report import Health
 from agent.lldp.lldpcli import LldpcliError, parse_json, parse_keyvalue
 from agent.probes.lldp import from_lldpcli_json
-from agent.report import Health
 
 # `lldpcli -f json0 show neighbors details` from lldpd 1.0.16 (Debian 12) in a network namespace,
 # one neighbour, trimmed of capabilities and auto-negotiation.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pcap_files as pcap
 
+from agent.common.report import Health
 from agent.probes.lldp import MAX_NEIGHBOURS_PER_INTERFACE, NeighbourTable
-from agent.report import Health
 
 LLDP_MAC = bytes.fromhex("0180c200000e")
 

@@ -4,10 +4,10 @@ stamps the report; its row is read from its own NodeTopology alone (agent.adapte
 
 from __future__ import annotations
 
+from agent.common.measure_rows import rows
+from agent.common.report import ComponentHealth, Health, NodeReport
 from agent.fabric_measure import FabricMeasure, MeasureMetrics
 from agent.measure_plan import Domain, plan
-from agent.measure_rows import rows
-from agent.report import ComponentHealth, Health, NodeReport
 
 DOMAINS = [
     Domain("leaf-a", 1, ("a1", "a2", "a3")),
@@ -112,7 +112,7 @@ class FakeKube:
         self.gets: list[str] = []
 
     def get(self, resource, name):
-        from agent.api_error import ApiError
+        from agent.common.api_error import ApiError
 
         self.gets.append(name)
         if name not in self.objects:
@@ -122,7 +122,7 @@ class FakeKube:
 
 def test_the_row_is_one_get_of_the_nodes_own_report():
     from agent.adapters.fabric_cluster import own_row
-    from agent.measure_rows import to_wire
+    from agent.common.measure_rows import to_wire
 
     row = rows(DOMAINS, ADDRESSES)["a1"]
     kube = FakeKube({"a1": {"spec": {}, "status": {"probePlan": to_wire(row)}}, "a2": {"spec": {}}})
@@ -135,7 +135,7 @@ def test_a_malformed_row_is_one_line_naming_the_field():
     import pytest
 
     from agent.adapters.fabric_cluster import own_row
-    from agent.measure_rows import RowError
+    from agent.common.measure_rows import RowError
 
     bad = {"peers": [{"node": "a2", "address": ""}]}
     with pytest.raises(RowError, match=r"status.probePlan.peers\[0\].address"):
@@ -148,7 +148,7 @@ def test_an_api_server_away_is_an_error_not_a_missing_row():
     import pytest
 
     from agent.adapters.fabric_cluster import own_row
-    from agent.api_error import ApiError
+    from agent.common.api_error import ApiError
 
     class Away(FakeKube):
         def get(self, resource, name):

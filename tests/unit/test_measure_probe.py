@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from agent.adapters.udp_probe import PACKET_SIZE, UdpResponder, UdpTransport, _packet
+from agent.common.report import MAX_MEASUREMENTS
 from agent.probes.fabric_rtt import TokenBucket, latch, summarise, within_band
-from agent.report import MAX_MEASUREMENTS
 
 T0 = 1_764_000_000.0  # 2025-11-24T16:00:00Z
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aggregator.tree import Tree, View, render_text
+from aggregator.tree.model import Tree, View, render_text
 
 
 def hypernode(name: str, tier: int, members: list[tuple[str, str]], annotations: dict[str, str]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The fold (aggregator.measured) gives what the per-pair fold it replaced gives
-(tests/measured_fold_reference.py), on randomized trees and measurements: equal Fold objects
+(tests/bench/measured_fold_reference.py), on randomized trees and measurements: equal Fold objects
 (domain figures, tier profile, findings with their order and texts) and equal leaf guesses, with
 mixed UDP and RDMA rows, lossy and unanswered pairs, bandwidth trains with slow uplinks and
 downlinks, slow nodes, mis-cabled nodes, peers outside the tree, trees with several roots, reports
@@ -12,8 +12,8 @@ from collections import Counter
 
 import measured_fold_reference as reference
 
+from agent.common.report import MAX_MEASUREMENTS, Measurement
 from agent.measure_plan import Domain, plan
-from agent.report import MAX_MEASUREMENTS, Measurement
 from aggregator.measured import MAX_FINDINGS, fold, infer_leaves, leaf_cut
 
 CASES = 240

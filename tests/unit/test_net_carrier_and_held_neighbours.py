@@ -6,9 +6,9 @@ from pathlib import Path
 
 from test_lldp_neighbour_table import frame
 
+from agent.common.report import Health
 from agent.probes import net
 from agent.probes.lldp import NeighbourTable
-from agent.report import Health
 
 
 def links(oper: str, flags: int, kind: str = "veth") -> list[net.LinkRecord]:

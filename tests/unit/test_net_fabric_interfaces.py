@@ -16,12 +16,12 @@ import ttar
 from agent import cli
 from agent.adapters.raw_socket import LldpListener
 from agent.collect import CollectConfig, Prober
+from agent.common.report import Health, Interface, ProbeResult
 from agent.probes import net
 from agent.probes.lldp import NeighbourTable
 from agent.probes.net import IFF_UP, LinkRecord
-from agent.report import Health, Interface, ProbeResult
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "sysfs"
 HGX = FIXTURES / "hgx-h100-ib"
 ROCE = FIXTURES / "roce"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.common.report import Health
 from agent.probes import net
 from agent.probes.net import LinkRecord
-from agent.report import Health
 
-TREES = Path(__file__).parent / "fixtures" / "sysfs"
+TREES = Path(__file__).parent.parent / "fixtures" / "sysfs"
 HGX = TREES / "hgx-h100-ib"
 
 HGX_LINKS = [

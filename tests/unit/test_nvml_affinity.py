@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from agent.common.report import RdmaDevice
 from agent.probes import nvml, rdma
 from agent.probes.nvml_fake import FakeNvml
 from agent.probes.pci_affinity import bridge_path, closest_nics, sysfs_bdf
-from agent.report import RdmaDevice
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sysfs"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
 TREE = FIXTURES / "nvml-affinity"
 GPUS = [f"00000000:{b}:00.0" for b in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")]
 

@@ -18,9 +18,9 @@ import pynvml
 import pytest
 
 from agent.adapters.nvml_binding import PynvmlBackend, open_backend
+from agent.common.report import GpuFabric, Health
 from agent.probes import nvml
 from agent.probes.nvml_backend import NvmlError, XidEvent
-from agent.report import GpuFabric, Health
 
 
 def libnvidia_ml_loads() -> bool:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.common.report import GpuFabric, Health
 from agent.probes import nvml
 from agent.probes.nvidia_smi_text import outline, parse_query, parse_topo_matrix
 from agent.probes.nvml_fake import FakeNvml
-from agent.report import GpuFabric, Health
 
 BUS_ID = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
 GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

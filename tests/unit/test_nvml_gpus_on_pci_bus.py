@@ -17,12 +17,12 @@ import pytest
 from agent_host import NODE
 
 from agent.collect import CollectConfig, Prober
+from agent.common.report import Health
 from agent.probes import nvml
 from agent.probes.nvidia_pci import nvidia_gpus
 from agent.probes.nvml_fake import FakeNvml
-from agent.report import Health
 
-HGX_TREE = Path(__file__).resolve().parent / "fixtures" / "sysfs" / "nvml-affinity"
+HGX_TREE = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs" / "nvml-affinity"
 
 
 def pci_tree(root: Path, devices: list[tuple[str, str, str, str | None]]) -> Path:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from agent.common.report import NvmlReport
 from agent.probes import nvml
 from agent.probes.nvml_fake import FakeNvml
-from agent.report import NvmlReport
 
 NO_SYSFS = Path("/nonexistent-sysfs")
 FACT_CALLS = ("link_version", "link_remote_type", "link_remote_pci_bus_id")

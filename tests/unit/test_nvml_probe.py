@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.probes import nvml
-from agent.probes.nvml_fake import DEFAULT_CLUSTER_UUID, FakeNvml
-from agent.report import (
+from agent.common.report import (
     GpuFabric,
     Health,
     NodeReport,
@@ -19,6 +17,8 @@ from agent.report import (
     report_from_spec,
     report_spec,
 )
+from agent.probes import nvml
+from agent.probes.nvml_fake import DEFAULT_CLUSTER_UUID, FakeNvml
 
 NO_SYSFS = Path("/nonexistent-sysfs")
 

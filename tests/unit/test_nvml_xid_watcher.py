@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from fake_clock import FakeClock
 
+from agent.common.report import Health
 from agent.probes import nvml
 from agent.probes.nvml_backend import NvmlError, XidEvent
 from agent.probes.nvml_fake import FakeNvml
-from agent.report import Health
 
 
 class Seen:

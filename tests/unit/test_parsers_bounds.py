@@ -14,17 +14,17 @@ import pytest
 from ufm_standin import listings
 
 from agent.cluster_model import ModelError, expand_hostlist, load_model, parse_model
-from agent.command_line import InputError
+from agent.common.command_line import InputError
+from agent.common.report import NodeReport, node_topology_object, report_from_spec, report_spec
 from agent.lldp.lldpcli import LldpcliError, parse_json
 from agent.model_probe import report_for
-from agent.report import NodeReport, node_topology_object, report_from_spec, report_spec
 from aggregator.graph import FabricGraph
 from aggregator.object_files import read_objects
 from aggregator.render import domain_name
 from aggregator.sources import ibnetdiscover, ufm, ufm_graph
 from aggregator.sources.nodetopology import switch_id
 
-MODELS = Path(__file__).resolve().parent / "models"
+MODELS = Path(__file__).resolve().parent.parent / "models"
 SMALL = load_model(str(MODELS / "small-tree.yaml"))
 
 
@@ -196,7 +196,7 @@ def test_yaml_built_in_one_loop_is_what_pyyaml_builds_with_the_same_first_error(
     import yaml
     from fuzz_inputs import YAML_MUTATIONS
 
-    from agent import yaml_codec
+    from agent.common import yaml_codec
 
     def outcome(loader: type, text: str) -> tuple[str, str]:
         try:
@@ -256,7 +256,7 @@ def test_block_yaml_read_line_by_line_is_what_libyaml_reads() -> None:
     import yaml
     from fuzz_inputs import YAML_MUTATIONS
 
-    from agent import yaml_block, yaml_codec
+    from agent.common import yaml_block, yaml_codec
 
     full = [yaml_codec.dump(node_topology_object(report_for(SMALL, node))) for node in SMALL.nodes()[:2]]
     models = [path.read_text() for path in sorted(MODELS.glob("*.yaml")) if path.stat().st_size < 4000]

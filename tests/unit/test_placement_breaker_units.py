@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from fake_clock import FakeClock
 
-from aggregator.placement.breaker import CLOSED, OPEN, Breaker, BreakerPolicy, threshold
-from aggregator.placement.eviction import EvictionQueue
-from aggregator.placement.rescheduler import Eviction
-from aggregator.placement.topology import build
+from aggregator.placement.core.breaker import CLOSED, OPEN, Breaker, BreakerPolicy, threshold
+from aggregator.placement.core.rescheduler import Eviction
+from aggregator.placement.core.topology import build
+from aggregator.placement.live.eviction import EvictionQueue
 
 
 def hn(name: str, tier: int, *, nodes: Sequence[str] = (), children: Sequence[str] = ()) -> dict[str, Any]:
@@ -184,7 +184,7 @@ def test_without_the_breaker_failed_nodes_are_acted_on_at_once() -> None:
 
 
 def test_the_run_command_line_sets_the_breaker_and_gang_health_options() -> None:
-    from aggregator.placement.scheduler import build_parser, options_from
+    from aggregator.placement.live.scheduler import build_parser, options_from
 
     parser = build_parser()
     defaults = options_from(parser.parse_args([]))

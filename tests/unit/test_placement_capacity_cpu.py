@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import random
 
-from aggregator.placement import capacity, topology
-from aggregator.placement.gang import Gang, PodSpec
-from aggregator.placement.resources import Resources
+from aggregator.placement.core import capacity, topology
+from aggregator.placement.core.gang import Gang, PodSpec
+from aggregator.placement.core.resources import Resources
 
 
 def test_cpu_only_counts_equal_the_general_rule_on_random_nodes() -> None:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement.core import lowest_feasible_tier, place
-from aggregator.placement.gang import ROOT, Gang, Mode, PodSpec
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology, build
+from aggregator.placement.core.gang import ROOT, Gang, Mode, PodSpec
+from aggregator.placement.core.place import lowest_feasible_tier, place
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build
 
 
 def hn(name: str, tier: int, nodes: tuple[str, ...] = (), kids: tuple[str, ...] = (), *,

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import indexed
-from aggregator.placement.core import lowest_feasible_tier, place
-from aggregator.placement.free_index import REQUEST_SHAPES, FreeIndex
-from aggregator.placement.gang import Gang, Mode, PodSpec
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology, build
+from aggregator.placement.core import indexed
+from aggregator.placement.core.free_index import REQUEST_SHAPES, FreeIndex
+from aggregator.placement.core.gang import Gang, Mode, PodSpec
+from aggregator.placement.core.place import lowest_feasible_tier, place
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build
 
 
 def _member(kind: str, name: str) -> dict[str, Any]:
@@ -225,7 +225,7 @@ def _pod(name: str, gpus: int, node: str = "") -> dict[str, Any]:
 
 
 def test_scheduler_state_keeps_its_index_in_step_with_binds_assumptions_and_node_changes() -> None:
-    from aggregator.placement.state import ClusterState
+    from aggregator.placement.live.state import ClusterState
 
     state = ClusterState("hypertopo")
     objs = [{"metadata": {"name": f"leaf{i}"}, "spec": {"tier": 1, "members": [_member("Node", f"n{2 * i + j}") for j in (0, 1)]}}

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement.gang import Mode, limits_from_annotations
-from aggregator.placement.resources import (
+from aggregator.placement.core.gang import Mode, limits_from_annotations
+from aggregator.placement.core.resources import (
     QuantityError,
     Resources,
     free_per_node,
     parse_quantity,
     pod_request,
 )
-from aggregator.placement.topology import build
+from aggregator.placement.core.topology import build
 
 
 @pytest.mark.parametrize(("text", "value"), [

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from aggregator.node_marks import DEGRADED_ANNOTATION
-from aggregator.placement import degraded, podgroups, rescheduler
-from aggregator.placement.decide import decide
-from aggregator.placement.state import ClusterState
-from aggregator.placement.topology import build
+from aggregator.live.node_marks import DEGRADED_ANNOTATION
+from aggregator.placement.core import degraded, rescheduler
+from aggregator.placement.core.decide import decide
+from aggregator.placement.core.topology import build
+from aggregator.placement.kinds import podgroups
+from aggregator.placement.live.state import ClusterState
 
 SCHED = "hypertopo-scheduler"
 LEAVES = {"leaf-a": ["a1", "a2", "a3"], "leaf-b": ["b1", "b2", "b3"]}
@@ -166,7 +167,7 @@ def test_pods_move_off_a_degraded_node_only_after_the_configured_time_and_only_w
 
 
 def test_prefer_healthy_keeps_the_first_answer_when_avoiding_costs_more_leaves() -> None:
-    from aggregator.placement.gang import Placement
+    from aggregator.placement.core.gang import Placement
 
     first = Placement({"p0": "a1", "p1": "a2"}, tier=1, domain="leaf-a", leaves=1, nodes=2)
     worse = Placement({"p0": "a2", "p1": "b1"}, tier=2, domain="spine", leaves=2, nodes=2)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aggregator.placement.events import EventRecorder
+from aggregator.placement.live.events import EventRecorder
 
 
 class Posted:

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import gang_spec, podgroups, ranks, spares, subgroups, upstream, volcano
-from aggregator.placement.decide import decide, decide_spec
-from aggregator.placement.gang import Mode, PodSpec
-from aggregator.placement.gang_spec import GangSpec, Limits, SubGroupSpec
-from aggregator.placement.resources import Resources
-from aggregator.placement.state import K8S, SINGLE, VOLCANO, XK8S, ClusterState
-from aggregator.placement.topology import build
+from aggregator.placement.core import ranks, spares
+from aggregator.placement.core.decide import decide, decide_spec
+from aggregator.placement.core.gang import Mode, PodSpec
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import build
+from aggregator.placement.kinds import gang_spec, podgroups, subgroups, upstream, volcano
+from aggregator.placement.kinds.gang_spec import GangSpec, Limits, SubGroupSpec
+from aggregator.placement.live.state import K8S, SINGLE, VOLCANO, XK8S, ClusterState
 
 SCHED = "hypertopo-scheduler"
 GPU8 = Resources(8, 0, 0, 1)

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import podgroups, rescheduler
-from aggregator.placement.decide import tolerates, why_not
-from aggregator.placement.eviction import TokenBucket
-from aggregator.placement.resources import Resources
-from aggregator.placement.state import ClusterState
-from aggregator.placement.topology import build
+from aggregator.placement.core import rescheduler
+from aggregator.placement.core.decide import tolerates, why_not
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import build
+from aggregator.placement.kinds import podgroups
+from aggregator.placement.live.eviction import TokenBucket
+from aggregator.placement.live.state import ClusterState
 
 SCHED = "hypertopo-scheduler"
 

@@ -11,13 +11,13 @@ import random
 from collections import Counter
 from typing import Any
 
-from aggregator.placement import ranks
-from aggregator.placement.core import place
-from aggregator.placement.decide import core_gang
-from aggregator.placement.free_index import FreeIndex
-from aggregator.placement.gang import Gang, Mode, PodSpec
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology, build
+from aggregator.placement.core import ranks
+from aggregator.placement.core.decide import core_gang
+from aggregator.placement.core.free_index import FreeIndex
+from aggregator.placement.core.gang import Gang, Mode, PodSpec
+from aggregator.placement.core.place import place
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build
 
 
 def _member(kind: str, name: str) -> dict[str, Any]:
@@ -239,7 +239,7 @@ def test_jobset_and_kubeflow_replica_indexes_rank_pods() -> None:
 
 
 def test_the_live_scheduler_gang_carries_each_pod_rank_from_its_labels() -> None:
-    from aggregator.placement.podgroups import GangView
+    from aggregator.placement.kinds.podgroups import GangView
 
     key = "batch.kubernetes.io/job-completion-index"
     pods = [_pod("zeta", labels={key: "1"}), _pod("alpha", labels={key: "0"})]
@@ -257,9 +257,9 @@ def test_the_simulator_reports_rank_order_crossings_against_the_minimum_per_tier
     """Every gang the simulator starts is read in rank order; hypertopo's placements cross the
     fewest boundaries at every tier, and the report tells a policy whose order does not apart."""
     from agent.cluster_model import parse_model
-    from aggregator.placement.policies import policy
-    from aggregator.placement.simulate import Simulation, model_hypernodes, node_capacity
-    from aggregator.placement.trace import parse_trace
+    from aggregator.placement.sim.policies import policy
+    from aggregator.placement.sim.simulate import Simulation, model_hypernodes, node_capacity
+    from aggregator.placement.sim.trace import parse_trace
 
     model = parse_model({"switches": {"core": {"switches": ["s1", "s2"]}, "s1": {"switches": ["l1", "l2"]},
                                       "s2": {"switches": ["l3", "l4"]}},

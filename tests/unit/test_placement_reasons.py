@@ -9,12 +9,13 @@ import random
 import re
 from typing import Any
 
-from aggregator.placement import core, podgroups
-from aggregator.placement.decide import decide
-from aggregator.placement.gang import Gang, PodSpec
-from aggregator.placement.resources import Resources
-from aggregator.placement.state import ClusterState
-from aggregator.placement.topology import Topology, build
+from aggregator.placement.core import place as core
+from aggregator.placement.core.decide import decide
+from aggregator.placement.core.gang import Gang, PodSpec
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build
+from aggregator.placement.kinds import podgroups
+from aggregator.placement.live.state import ClusterState
 
 SCHED = "hypertopo-scheduler"
 

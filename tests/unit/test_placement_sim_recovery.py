@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from aggregator.placement.cli import main
-from aggregator.placement.gang import Gang, Placement
-from aggregator.placement.policies import policy
-from aggregator.placement.resources import Resources
-from aggregator.placement.simulate import Simulation, node_capacity
-from aggregator.placement.topology import Topology, build
-from aggregator.placement.trace import Failure, Job, Trace
+from aggregator.placement.core.gang import Gang, Placement
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build
+from aggregator.placement.sim.policies import policy
+from aggregator.placement.sim.simulate import Simulation, node_capacity
+from aggregator.placement.sim.trace import Failure, Job, Trace
 
 
 def hn(name: str, tier: int, nodes: tuple[str, ...] = (), kids: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -119,7 +119,7 @@ def test_capacity_held_out_for_a_down_node_comes_back_with_it() -> None:
 
 def test_in_one_pass_over_the_queue_a_shape_that_did_not_fit_is_not_checked_again_for_as_many_pods(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from aggregator.placement import simulate
+    from aggregator.placement.sim import simulate
 
     checked: list[str] = []
     real = simulate.lowest_feasible_tier

@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import podgroups, spares
-from aggregator.placement.decide import decide
-from aggregator.placement.free_index import FreeIndex, ShapeIndex
-from aggregator.placement.resources import Resources
-from aggregator.placement.spare_hold import ReservedSpares
-from aggregator.placement.state import ClusterState
-from aggregator.placement.topology import Topology, build, node_labels_of
+from aggregator.placement.core import spares
+from aggregator.placement.core.decide import decide
+from aggregator.placement.core.free_index import FreeIndex, ShapeIndex
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build, node_labels_of
+from aggregator.placement.kinds import podgroups
+from aggregator.placement.live.spare_hold import ReservedSpares
+from aggregator.placement.live.state import ClusterState
 
 SCHED = "hypertopo-scheduler"
 SPINES, LEAVES, NODES = 3, 4, 4  # 48 nodes of 8 GPUs

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import podgroups, spares, subgroups
-from aggregator.placement.decide import decide
-from aggregator.placement.gang import Gang, PodSpec
-from aggregator.placement.resources import Resources
-from aggregator.placement.state import FABRIC_TAINT, ClusterState
-from aggregator.placement.topology import Topology, build
+from aggregator.placement.core import spares
+from aggregator.placement.core.decide import decide
+from aggregator.placement.core.gang import Gang, PodSpec
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology, build
+from aggregator.placement.kinds import podgroups, subgroups
+from aggregator.placement.live.state import FABRIC_TAINT, ClusterState
 
 SCHED = "hypertopo-scheduler"
 
@@ -244,9 +245,9 @@ def test_a_used_or_failed_spare_is_no_longer_a_spare() -> None:
 # -- the simulator -------------------------------------------------------------------------------
 
 def test_the_simulator_counts_recoveries_that_kept_their_tier_with_and_without_spares() -> None:
-    from aggregator.placement.policies import policy
-    from aggregator.placement.simulate import Simulation, node_capacity
-    from aggregator.placement.trace import Failure, Job, Trace
+    from aggregator.placement.sim.policies import policy
+    from aggregator.placement.sim.simulate import Simulation, node_capacity
+    from aggregator.placement.sim.trace import Failure, Job, Trace
 
     # "train" (3 nodes, restart-pods) then "fill" (4 nodes, left alone on a fault); a1 and b1 fail.
     # Without spares: train best-fits leaf-b, fill takes leaf-a; b1 fails, and no node is free for
@@ -269,7 +270,7 @@ def test_spare_options_accept_counts_and_shares_and_refuse_the_rest_in_one_line(
     import argparse
 
     from aggregator.placement.cli import spare_value
-    from aggregator.placement.scheduler import spare_default
+    from aggregator.placement.live.scheduler import spare_default
 
     assert spare_value(" 10% ") == "10%"
     assert spare_default("team-a=2") == ("team-a", "2")

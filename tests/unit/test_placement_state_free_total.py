@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from aggregator.placement.resources import Resources
-from aggregator.placement.state import ClusterState
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.live.state import ClusterState
 
 
 def _node(name: str, gpus: int, cpu: int, unschedulable: bool) -> dict[str, Any]:

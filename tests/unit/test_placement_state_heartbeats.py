@@ -7,10 +7,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from aggregator.node_marks import DEGRADED_ANNOTATION
-from aggregator.placement.free_index import FreeIndex
-from aggregator.placement.state import ClusterState
-from aggregator.placement.topology import Topology, build
+from aggregator.live.node_marks import DEGRADED_ANNOTATION
+from aggregator.placement.core.free_index import FreeIndex
+from aggregator.placement.core.topology import Topology, build
+from aggregator.placement.live.state import ClusterState
 
 
 def _node(name: str, gpus: int = 8) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import state as state_module
-from aggregator.placement.resources import Resources
-from aggregator.placement.state import ClusterState
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.live import state as state_module
+from aggregator.placement.live.state import ClusterState
 
 
 def node(name: str) -> dict[str, Any]:
@@ -64,8 +64,9 @@ def test_a_pod_resized_in_place_is_charged_its_new_request() -> None:
 
 
 def test_the_decision_reads_the_same_parsed_request_that_then_charges_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aggregator.placement import decide as decide_module
-    from aggregator.placement import podgroups, topology
+    from aggregator.placement.core import decide as decide_module
+    from aggregator.placement.core import topology
+    from aggregator.placement.kinds import podgroups
 
     parsed = counting_parses(monkeypatch, state_module, decide_module)
     cluster = ClusterState("s")

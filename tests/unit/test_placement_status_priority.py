@@ -8,10 +8,10 @@ import threading
 import time
 from typing import Any
 
-from aggregator.placement import podgroups
-from aggregator.placement.binder import Binder, BindItem, BindOutcome
-from aggregator.placement.state import VOLCANO, XK8S, ClusterState
-from aggregator.placement.status_writer import StatusWriter
+from aggregator.placement.kinds import podgroups
+from aggregator.placement.live.binder import Binder, BindItem, BindOutcome
+from aggregator.placement.live.state import VOLCANO, XK8S, ClusterState
+from aggregator.placement.live.status_writer import StatusWriter
 
 
 class RecordingApi:

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from aggregator import slim
-from aggregator.placement import podgroups, rescheduler, upstream
-from aggregator.placement.decide import decide
-from aggregator.placement.scheduler import Options, Scheduler
-from aggregator.placement.state import K8S, ClusterState
-from aggregator.placement.status_writer import StatusWriter
-from aggregator.placement.topology import build
+from aggregator.live import slim
+from aggregator.placement.core import rescheduler
+from aggregator.placement.core.decide import decide
+from aggregator.placement.core.topology import build
+from aggregator.placement.kinds import podgroups, upstream
+from aggregator.placement.live.scheduler import Options, Scheduler
+from aggregator.placement.live.state import K8S, ClusterState
+from aggregator.placement.live.status_writer import StatusWriter
 
 SCHED = "hypertopo-scheduler"
 LEAVES = {"leaf-0": ["n0", "n1"], "leaf-1": ["n2", "n3"]}  # 8 GPUs a node: 16 a leaf

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import podgroups, rescheduler, subgroups, volcano
-from aggregator.placement.decide import decide
-from aggregator.placement.resources import Resources
-from aggregator.placement.state import VOLCANO, XK8S, ClusterState, gang_ref
-from aggregator.placement.topology import build
+from aggregator.placement.core import rescheduler
+from aggregator.placement.core.decide import decide
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import build
+from aggregator.placement.kinds import podgroups, subgroups, volcano
+from aggregator.placement.live.state import VOLCANO, XK8S, ClusterState, gang_ref
 
 SCHED = "hypertopo-scheduler"
 JOB_REF = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True}

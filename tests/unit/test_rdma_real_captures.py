@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import ttar
 
+from agent.common.report import Health, RdmaDevice
 from agent.probes import rdma
-from agent.report import Health, RdmaDevice
 
 # IBTA PortState / PortPhysicalState numbers, as node_exporter exports them (*_state_id)
 STATE_IDS = {"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4}

@@ -1,4 +1,4 @@
-"""tests/ttar.py: the ttar fixture-archive extractor the sysfs tests stand on."""
+"""tests/kits/ttar.py: the ttar fixture-archive extractor the sysfs tests stand on."""
 
 from __future__ import annotations
 

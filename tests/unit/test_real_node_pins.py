@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 PLANE = TESTS / "controlplane"
 NODE_COMMANDS = {"kubelet", "kube-controller-manager", "kube-scheduler"}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from bench_scheduler_events import SilentApi
 
-from aggregator.placement.scheduler import Options, Scheduler
+from aggregator.placement.live.scheduler import Options, Scheduler
 
 
 def _node(name: str, gpus: int) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Sub-groups as vc-scheduler v1.14 reads `subGroupPolicy` (pkg/scheduler/api/job_info.go
 getOrCreateSubJob, sub_job_info.go getSubJobMatchValues), without an API server: which pods form
 which sub-group, and what a sub-group's minimum and a policy's minSubGroups ask of a placement.
-The same cases against the real vc-scheduler: tests/test_subgroups_vs_volcano.py."""
+The same cases against the real vc-scheduler: tests/live/test_subgroups_vs_volcano.py."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from aggregator.placement import podgroups, subgroups
-from aggregator.placement.decide import decide
-from aggregator.placement.state import ClusterState
-from aggregator.placement.topology import build
+from aggregator.placement.core.decide import decide
+from aggregator.placement.core.topology import build
+from aggregator.placement.kinds import podgroups, subgroups
+from aggregator.placement.live.state import ClusterState
 
 SCHED = "hypertopo-scheduler"
 

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
-from agent.adapters.bounded_http import BoundedServer, Limits, SocketWriter
+from agent.common.adapters.bounded_http import BoundedServer, Limits, SocketWriter
 
 log = logging.getLogger(__name__)
 

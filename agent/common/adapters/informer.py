@@ -25,7 +25,7 @@ What a consumer gets, pick what fits:
 
 `transform` (optional) turns each object into what is kept of it, on arrival, before anyone sees
 it (client-go's informer transforms): the aggregator and the scheduler keep slim records
-(aggregator.slim), so 100,000 Nodes with their images and managedFields are never held whole. It
+(aggregator.live.slim), so 100,000 Nodes with their images and managedFields are never held whole. It
 must accept its own output (a re-list may pass a record through it again). A re-list keeps the
 cached record of an object whose resourceVersion did not change, so a consumer that compares
 records by identity (the aggregator's feed, its parsed reports) sees no change there.
@@ -39,8 +39,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from agent.adapters.kube import Resource, WatchEvent
-from agent.api_error import ApiError
+from agent.common.adapters.kube import Resource, WatchEvent
+from agent.common.api_error import ApiError
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ kubeconfig precedences, so the same flag meant different clusters in different p
 - Objects travel as plain JSON dicts, not generated models: the CRDs (HyperNode, NodeTopology,
   PodGroup) have no models, the pure layers compare plain data, and (de)serialising models costs
   more than the HTTP round trip on the bind path.
-- Every failure, HTTP or transport, becomes `agent.api_error.ApiError` (status 0: unreachable).
+- Every failure, HTTP or transport, becomes `agent.common.api_error.ApiError` (status 0: unreachable).
 - Every successful write is reported to an `on_write(verb, resource)` hook (write metrics, tests).
 
 The agent's own NodeTopology adapter (`KubeApi`: server-side apply of its one object) is
-`agent.adapters.node_topology`; the informer is `agent.adapters.informer`; the lean HTTP/1.1
-transport under the client is `agent.adapters.kube_http`.
+`agent.adapters.node_topology`; the informer is `agent.common.adapters.informer`; the lean HTTP/1.1
+transport under the client is `agent.common.adapters.kube_http`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
 from kubernetes.config.config_exception import ConfigException
 
-from agent.adapters import kube_http
-from agent.api_error import ApiError
-from agent.report import API_GROUP, API_VERSION, PLURAL
+from agent.common.adapters import kube_http
+from agent.common.api_error import ApiError
+from agent.common.report import API_GROUP, API_VERSION, PLURAL
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ class KubeClient:
              limit: int = 500) -> tuple[list[Obj], str]:
         """All objects (paged; every namespace unless one is named) and the list's resourceVersion,
         where a watch starts from. `transform` is applied page by page, so a list of 100,000 whole
-        Nodes is never held at once (the informers keep slim records: aggregator.slim); `limit`
+        Nodes is never held at once (the informers keep slim records: aggregator.live.slim); `limit`
         objects a page."""
         items: list[Obj] = []
         token: str | None = None

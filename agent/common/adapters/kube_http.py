@@ -13,7 +13,7 @@ on the wire are ours.
 
 What it speaks: HTTP/1.1 with Content-Length or chunked bodies, `Connection: close`, streamed
 bodies (watches). No redirects (the API server sends none), no compression (never asked for), no
-proxy (`agent.adapters.kube` keeps the generated transport when one is configured).
+proxy (`agent.common.adapters.kube` keeps the generated transport when one is configured).
 
 A connection that sat idle may have been closed by the server: it is checked before reuse (a
 readable idle socket is an EOF, or stray bytes), and a request whose reused connection turns out

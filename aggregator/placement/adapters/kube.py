@@ -1,4 +1,4 @@
-"""The scheduler's resources on the shared client (`agent.adapters.kube`, which has the verbs:
+"""The scheduler's resources on the shared client (`agent.common.adapters.kube`, which has the verbs:
 list, watch, bind, evict, events, merge patches) and the names the scheduler's modules use.
 
 Only descriptors live here: the PodGroup kinds of the three gang flavours, Volcano's Queue, Job
@@ -10,8 +10,8 @@ watched).
 
 from __future__ import annotations
 
-from agent.adapters.informer import Informer, wait_synced
-from agent.adapters.kube import (
+from agent.common.adapters.informer import Informer, wait_synced
+from agent.common.adapters.kube import (
            EVENTS,
            HYPERNODES,
            MERGE_PATCH,
@@ -22,7 +22,7 @@ from agent.adapters.kube import (
            Resource,
            connect,
 )
-from agent.api_error import ApiError
+from agent.common.api_error import ApiError
 
 __all__ = ["COMMANDS", "CONFIGMAPS", "EVENTS", "HYPERNODES", "JSON_PATCH", "K8S_PODGROUPS", "MERGE_PATCH",
            "NAMESPACES", "NODES", "PODGROUPS", "PODS", "QUEUES", "VC_JOBS", "VC_PODGROUPS", "ApiError", "Informer",

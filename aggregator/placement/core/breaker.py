@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.topology import Topology
 
 OPEN, CLOSED = "Open", "Closed"
 

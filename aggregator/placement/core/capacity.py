@@ -14,9 +14,9 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from aggregator.placement.gang import ROOT, Gang
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.gang import ROOT, Gang
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
 
 LOOSE = "node/"  # prefix of the pseudo-leaf of a node that belongs to no HyperNode
 

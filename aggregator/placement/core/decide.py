@@ -15,14 +15,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import core, degraded, gang_spec, nested, ranks, spares
-from aggregator.placement.gang import Gang, Mode, Placement, Unplaceable
-from aggregator.placement.gang_spec import GangSpec, Limits, spec_name
-from aggregator.placement.podgroups import GangView
-from aggregator.placement.resources import Resources, pod_request
-from aggregator.placement.spare_hold import ReservedSpares
-from aggregator.placement.state import FABRIC_TAINT, ClusterState, PodKey
-from aggregator.placement.topology import Topology
+from aggregator.placement.core import degraded, nested, ranks, spares
+from aggregator.placement.core import place as core
+from aggregator.placement.core.gang import Gang, Mode, Placement, Unplaceable
+from aggregator.placement.core.resources import Resources, pod_request
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.kinds import gang_spec
+from aggregator.placement.kinds.gang_spec import GangSpec, Limits, spec_name
+from aggregator.placement.kinds.podgroups import GangView
+from aggregator.placement.live.spare_hold import ReservedSpares
+from aggregator.placement.live.state import FABRIC_TAINT, ClusterState, PodKey
 
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 

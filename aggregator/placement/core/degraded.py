@@ -38,11 +38,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aggregator.node_marks import DEGRADED_ANNOTATION
-from aggregator.placement.gang import Placement
-from aggregator.placement.podgroups import RESTART_ON_DEGRADED, GangView
-from aggregator.placement.rescheduler import Eviction
-from aggregator.placement.topology import Topology
+from aggregator.live.node_marks import DEGRADED_ANNOTATION
+from aggregator.placement.core.gang import Placement
+from aggregator.placement.core.rescheduler import Eviction
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.kinds.podgroups import RESTART_ON_DEGRADED, GangView
 
 FABRIC_DEGRADED = "FabricDegraded"  # aggregator.health.FABRIC_DEGRADED
 ON_DEGRADED = RESTART_ON_DEGRADED

@@ -41,10 +41,10 @@ from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
 
-from aggregator.placement.capacity import count_fits, leaf_key
-from aggregator.placement.gang import ROOT
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.capacity import count_fits, leaf_key
+from aggregator.placement.core.gang import ROOT
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
 
 __all__ = ["REQUEST_SHAPES", "FreeIndex", "ShapeIndex"]
 

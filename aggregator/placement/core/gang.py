@@ -12,8 +12,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aggregator.placement.ranks import RankKey
-from aggregator.placement.resources import Resources
+from aggregator.placement.core.ranks import RankKey
+from aggregator.placement.core.resources import Resources
 
 MODE_ANNOTATION = "volcano.sh/network-topology-mode"
 HIGHEST_TIER_ANNOTATION = "volcano.sh/network-topology-highest-tier"

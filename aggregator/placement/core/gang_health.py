@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement.podgroups import GangView
-from aggregator.placement.state import PodKey
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.kinds.podgroups import GangView
+from aggregator.placement.live.state import PodKey
 
 CONDITION = "FabricHealthy"
 ANNOTATION = "hypertopo.io/fabric-healthy"

@@ -22,11 +22,11 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from aggregator.placement import ranks
-from aggregator.placement.capacity import cover
-from aggregator.placement.free_index import FreeIndex, ShapeIndex
-from aggregator.placement.gang import ROOT, Gang
-from aggregator.placement.topology import Topology
+from aggregator.placement.core import ranks
+from aggregator.placement.core.capacity import cover
+from aggregator.placement.core.free_index import FreeIndex, ShapeIndex
+from aggregator.placement.core.gang import ROOT, Gang
+from aggregator.placement.core.topology import Topology
 
 __all__ = ["EXCLUDED_LIMIT", "lowest_tier", "place"]
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from aggregator.placement import core
-from aggregator.placement.gang import ROOT, Gang, Placement, Unplaceable
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology
+from aggregator.placement.core import place as core
+from aggregator.placement.core.gang import ROOT, Gang, Placement, Unplaceable
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
 
 MAX_DOMAINS = 32  # envelopes tried before giving up: a bound on one decision's cost
 

@@ -28,12 +28,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from aggregator.placement import indexed, ranks
-from aggregator.placement.capacity import Capacity, count_fits, cover, leaf_key, leaves_in, measure
-from aggregator.placement.free_index import FreeIndex
-from aggregator.placement.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology
+from aggregator.placement.core import indexed, ranks
+from aggregator.placement.core.capacity import Capacity, count_fits, cover, leaf_key, leaves_in, measure
+from aggregator.placement.core.free_index import FreeIndex
+from aggregator.placement.core.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
 
 __all__ = ["describe", "lowest_feasible_tier", "place", "resolve_limit", "tier_words", "unknown_tier_name"]
 

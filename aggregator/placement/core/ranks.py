@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
-from aggregator.placement.topology import Natural, Topology, natural
+from aggregator.placement.core.topology import Natural, Topology, natural
 
 __all__ = ["RANK_MAP_ANNOTATION", "RankKey", "crossings", "fabric_key", "in_fabric_order", "minimum_crossings",
            "name_key", "natural", "nodes_in_rank_order", "pod_rank_key", "rank_map", "task_order"]

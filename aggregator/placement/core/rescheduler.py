@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aggregator.placement import volcano
-from aggregator.placement.podgroups import RESTART_ON_DEGRADED, GangView
-from aggregator.placement.state import FABRIC_TAINT, ClusterState, PodKey
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.kinds import volcano
+from aggregator.placement.kinds.podgroups import RESTART_ON_DEGRADED, GangView
+from aggregator.placement.live.state import FABRIC_TAINT, ClusterState, PodKey
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from aggregator.placement import core, ranks
-from aggregator.placement.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology
+from aggregator.placement.core import place as core
+from aggregator.placement.core import ranks
+from aggregator.placement.core.gang import ROOT, Gang, Mode, Placement, PodSpec, Unplaceable
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
 
 SPARE_REQUEST = "hypertopo.io/spare-nodes"  # on the PodGroup or Volcano Job: "N" or "P%"
 RESERVED = "hypertopo.io/spares"  # written on the PodGroup: JSON list of the reserved nodes

@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from aggregator.placement import ranks, spares, subgroups, upstream, volcano
-from aggregator.placement.gang import MODE_ANNOTATION, Gang, Mode, PodSpec, limits_from_annotations
-from aggregator.placement.podgroups import GangView
-from aggregator.placement.resources import Resources, pod_request
-from aggregator.placement.state import K8S, SINGLE, VOLCANO, PodKey, pod_key
-from aggregator.placement.topology import Topology
+from aggregator.placement.core import ranks, spares
+from aggregator.placement.core.gang import MODE_ANNOTATION, Gang, Mode, PodSpec, limits_from_annotations
+from aggregator.placement.core.resources import Resources, pod_request
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.kinds import subgroups, upstream, volcano
+from aggregator.placement.kinds.podgroups import GangView
+from aggregator.placement.live.state import K8S, SINGLE, VOLCANO, PodKey, pod_key
 
 __all__ = ["GangSpec", "Limits", "SubGroupSpec", "read", "spec_name"]
 

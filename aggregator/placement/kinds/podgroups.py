@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import upstream, volcano
-from aggregator.placement.state import (
+from aggregator.placement.kinds import upstream, volcano
+from aggregator.placement.live.state import (
     GANG_LABEL,
     K8S,
     SINGLE,
@@ -34,7 +34,7 @@ from aggregator.placement.state import (
 __all__ = ["GANG_LABEL", "GangView", "collect", "gang_key", "gangs_on_nodes", "group_status", "status_patch", "view_of"]
 FAULT_ANNOTATION = "hypertopo.io/on-fabric-fault"
 # restart-pods-on-degraded: restart-pods on failures, and moves pods off nodes that stay degraded
-# (aggregator.placement.degraded)
+# (aggregator.placement.core.degraded)
 RESTART_ON_DEGRADED = "restart-pods-on-degraded"
 FAULT_POLICIES = ("restart-pods", "restart-gang", "none", RESTART_ON_DEGRADED)
 

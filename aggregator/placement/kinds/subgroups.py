@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement.gang import Mode
-from aggregator.placement.volcano import Topology, network_topology
+from aggregator.placement.core.gang import Mode
+from aggregator.placement.kinds.volcano import Topology, network_topology
 
 SIZE_ANNOTATION = "hypertopo.io/subgroup-size"
 KEYS_ANNOTATION = "hypertopo.io/subgroup-label-keys"

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.topology import Topology
 
 GROUP = "scheduling.k8s.io"
 VERSION = "v1beta1"

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement.gang import Mode
-from aggregator.placement.resources import GPU, QuantityError, Resources, resources_from
+from aggregator.placement.core.gang import Mode
+from aggregator.placement.core.resources import GPU, QuantityError, Resources, resources_from
 
 API_VERSION = "scheduling.volcano.sh/v1beta1"
 JOB_API_VERSION = "batch.volcano.sh/v1alpha1"

@@ -14,11 +14,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from aggregator.placement import volcano
-from aggregator.placement.events import EventRecorder
-from aggregator.placement.resources import Resources
-from aggregator.placement.state import ClusterState, PodKey
-from aggregator.placement.status_writer import StatusWriter
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.kinds import volcano
+from aggregator.placement.live.events import EventRecorder
+from aggregator.placement.live.state import ClusterState, PodKey
+from aggregator.placement.live.status_writer import StatusWriter
 
 log = logging.getLogger("hypertopo.scheduler")
 

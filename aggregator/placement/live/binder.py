@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent.api_error import ApiError
-from aggregator.placement.state import PodKey
+from agent.common.api_error import ApiError
+from aggregator.placement.live.state import PodKey
 
 log = logging.getLogger(__name__)
 

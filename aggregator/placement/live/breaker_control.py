@@ -28,10 +28,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
-from aggregator.placement.breaker import OPEN, Breaker, BreakerPolicy, Change, threshold
-from aggregator.placement.events import EventRecorder, rfc3339
-from aggregator.placement.scheduler_metrics import SchedulerMetrics
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.breaker import OPEN, Breaker, BreakerPolicy, Change, threshold
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.live.events import EventRecorder, rfc3339
+from aggregator.placement.live.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger("hypertopo.scheduler")
 CLOSE_ANNOTATION = "hypertopo.io/remediation-breaker"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from aggregator.placement.rescheduler import Eviction
+from aggregator.placement.core.rescheduler import Eviction
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.placement import gang_health, podgroups, upstream
-from aggregator.placement.events import EventRecorder, rfc3339
-from aggregator.placement.gang_health import Verdict
-from aggregator.placement.podgroups import GangView
-from aggregator.placement.recovery import GangClock, Look
-from aggregator.placement.scheduler_metrics import SchedulerMetrics
-from aggregator.placement.state import (
+from aggregator.placement.core import gang_health
+from aggregator.placement.core.gang_health import Verdict
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.kinds import podgroups, upstream
+from aggregator.placement.kinds.podgroups import GangView
+from aggregator.placement.live.events import EventRecorder, rfc3339
+from aggregator.placement.live.scheduler_metrics import SchedulerMetrics
+from aggregator.placement.live.state import (
     GROUP_KINDS,
     K8S,
     SINGLE,
@@ -40,8 +41,8 @@ from aggregator.placement.state import (
     gang_ref,
     pod_key,
 )
-from aggregator.placement.status_writer import ANNOTATIONS, StatusWriter
-from aggregator.placement.topology import Topology
+from aggregator.placement.live.status_writer import ANNOTATIONS, StatusWriter
+from aggregator.placement.sim.recovery import GangClock, Look
 
 log = logging.getLogger("hypertopo.scheduler")
 RATIO_ANNOTATION = "hypertopo.io/whole-time-ratio"

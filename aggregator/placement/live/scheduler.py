@@ -17,7 +17,7 @@ remediates carries a FabricHealthy condition and its recovery is measured (`gang
 `remediate_only` it does the fault handling (and gang health) alone (for clusters that place pods
 with vc-scheduler).
 
-High availability: run two replicas with a Lease (`aggregator.service`, the aggregator's elector).
+High availability: run two replicas with a Lease (`aggregator.live.service`, the aggregator's elector).
 Both keep warm caches; only the leader runs cycles, so only it decides, binds, evicts and writes
 status. A leader that cannot renew stops deciding at its renew deadline, before a standby can
 acquire (it waits a whole lease on its own clock); a standby that takes over starts from the API
@@ -42,36 +42,27 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from agent.adapters.endpoints import serve
-from agent.command_line import CommandParser
-from aggregator import slim
-from aggregator.placement import (
-    degraded,
-    gang_spec,
-    hostfile,
-    podgroups,
-    ranks,
-    rescheduler,
-    spares,
-    topology,
-    upstream,
-    volcano,
-)
-from aggregator.placement.admission import Admission
-from aggregator.placement.binder import Binder, BindItem, BindOutcome
-from aggregator.placement.breaker import BreakerPolicy
-from aggregator.placement.breaker_control import BreakerControl
-from aggregator.placement.decide import Decision, decide_spec
-from aggregator.placement.events import EventRecorder
-from aggregator.placement.eviction import EvictionQueue
-from aggregator.placement.gang_watch import GangWatch
-from aggregator.placement.podgroups import GangView
-from aggregator.placement.rescheduler import Eviction, FaultTracker, JobRestart
-from aggregator.placement.scheduler_metrics import SchedulerMetrics
-from aggregator.placement.spare_hold import ReservedSpares
-from aggregator.placement.state import GROUP_KINDS, ClusterState, PodKey, pod_key
-from aggregator.placement.status_writer import StatusWriter
-from aggregator.service import Service, add_election_arguments, elector_from
+from agent.common.adapters.endpoints import serve
+from agent.common.command_line import CommandParser
+from aggregator.live import slim
+from aggregator.live.service import Service, add_election_arguments, elector_from
+from aggregator.placement.core import degraded, ranks, rescheduler, spares, topology
+from aggregator.placement.core.breaker import BreakerPolicy
+from aggregator.placement.core.decide import Decision, decide_spec
+from aggregator.placement.core.rescheduler import Eviction, FaultTracker, JobRestart
+from aggregator.placement.kinds import gang_spec, podgroups, upstream, volcano
+from aggregator.placement.kinds.podgroups import GangView
+from aggregator.placement.live import hostfile
+from aggregator.placement.live.admission import Admission
+from aggregator.placement.live.binder import Binder, BindItem, BindOutcome
+from aggregator.placement.live.breaker_control import BreakerControl
+from aggregator.placement.live.events import EventRecorder
+from aggregator.placement.live.eviction import EvictionQueue
+from aggregator.placement.live.gang_watch import GangWatch
+from aggregator.placement.live.scheduler_metrics import SchedulerMetrics
+from aggregator.placement.live.spare_hold import ReservedSpares
+from aggregator.placement.live.state import GROUP_KINDS, ClusterState, PodKey, pod_key
+from aggregator.placement.live.status_writer import StatusWriter
 
 log = logging.getLogger("hypertopo.scheduler")
 
@@ -136,7 +127,7 @@ class Scheduler:
         required = [(kube.NODES, options.node_selector), (kube.PODS, ""), (kube.HYPERNODES, "")]
         optional = [(kube.PODGROUPS, ""), (kube.VC_PODGROUPS, ""), (kube.K8S_PODGROUPS, ""), (kube.QUEUES, ""),
                     (kube.VC_JOBS, "")]
-        # slim records (aggregator.slim): what placement, filters and fault handling read
+        # slim records (aggregator.live.slim): what placement, filters and fault handling read
         slimmers = {"Node": slim.slim_node, "Pod": slim.slim_pod}
         self.informers = [
             kube.Informer(api, res, on_event=self._sink(res.kind), label_selector=sel,
@@ -668,7 +659,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """`hypertopo-scheduler run`'s options on their own (`python -m aggregator.placement.scheduler`)."""
+    """`hypertopo-scheduler run`'s options on their own (`python -m aggregator.placement.live.scheduler`)."""
     parser = CommandParser(prog="hypertopo-scheduler run", description=__doc__.splitlines()[0] if __doc__ else None)
     add_run_arguments(parser)
     return parser

@@ -1,5 +1,5 @@
 """The scheduler's Prometheus metrics (registry injected; served on :9732 by
-`agent.adapters.endpoints.serve`)."""
+`agent.common.adapters.endpoints.serve`)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from aggregator.placement import spares
-from aggregator.placement.state import ClusterState, PodKey
+from aggregator.placement.core import spares
+from aggregator.placement.live.state import ClusterState, PodKey
 
 __all__ = ["ReservedSpares"]
 

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aggregator.placement import upstream
-from aggregator.placement.free_index import FreeIndex
-from aggregator.placement.resources import Resources, node_allocatable, pod_request
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.free_index import FreeIndex
+from aggregator.placement.core.resources import Resources, node_allocatable, pod_request
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.kinds import upstream
 
 PodKey = tuple[str, str]  # (namespace, name)
 FABRIC_TAINT = "hypertopo.io/fabric-unhealthy"

@@ -36,9 +36,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aggregator.placement import podgroups, upstream, volcano
-from aggregator.placement.events import rfc3339
-from aggregator.placement.state import K8S, VOLCANO, XK8S, ClusterState, PodKey
+from aggregator.placement.kinds import podgroups, upstream, volcano
+from aggregator.placement.live.events import rfc3339
+from aggregator.placement.live.state import K8S, VOLCANO, XK8S, ClusterState, PodKey
 
 log = logging.getLogger("hypertopo.scheduler")
 Target = tuple[str, PodKey]  # (flavour, PodGroup key); flavour + ANNOTATIONS: its annotations
@@ -261,8 +261,8 @@ class StatusWriter:
     def _write_hostfile(self, config_map: dict[str, Any]) -> None:
         """Creates the ConfigMap, or updates it when it exists and is ours (`hostfile.update_patch`:
         the API server refuses the patch of a ConfigMap without our label, which is then left alone)."""
-        from aggregator.placement import hostfile
         from aggregator.placement.adapters import kube
+        from aggregator.placement.live import hostfile
 
         meta = config_map["metadata"]
         try:

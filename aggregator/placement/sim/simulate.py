@@ -22,16 +22,16 @@ from typing import Any
 
 from agent.cluster_model import ClusterModel
 from aggregator.pipeline import ClusterInputs, Pipeline
-from aggregator.placement import ranks, spares
-from aggregator.placement.core import describe, lowest_feasible_tier
-from aggregator.placement.free_index import FreeIndex
-from aggregator.placement.gang import Gang, Mode, Placement, PodSpec
-from aggregator.placement.policies import Policy
-from aggregator.placement.resources import Resources
-from aggregator.placement.sim_recovery import WholeBook
-from aggregator.placement.spare_book import SpareBook
-from aggregator.placement.topology import Topology
-from aggregator.placement.trace import Failure, Job, Trace
+from aggregator.placement.core import ranks, spares
+from aggregator.placement.core.free_index import FreeIndex
+from aggregator.placement.core.gang import Gang, Mode, Placement, PodSpec
+from aggregator.placement.core.place import describe, lowest_feasible_tier
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.sim.policies import Policy
+from aggregator.placement.sim.sim_recovery import WholeBook
+from aggregator.placement.sim.spare_book import SpareBook
+from aggregator.placement.sim.trace import Failure, Job, Trace
 
 POD_CPU_MILLI = 1000
 POD_MEMORY = 2**30

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aggregator.placement import spares
-from aggregator.placement.gang import Gang
-from aggregator.placement.resources import Resources
+from aggregator.placement.core import spares
+from aggregator.placement.core.gang import Gang
+from aggregator.placement.core.resources import Resources
 
 
 @dataclass

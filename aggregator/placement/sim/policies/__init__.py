@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from aggregator.placement.gang import Gang, Placement
-from aggregator.placement.policies import first_fit, hypertopo, tier_dry_run
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.gang import Gang, Placement
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
+from aggregator.placement.sim.policies import first_fit, hypertopo, tier_dry_run
 
 
 class Policy(Protocol):

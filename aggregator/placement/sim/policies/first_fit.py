@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aggregator.placement.capacity import usable_nodes
-from aggregator.placement.core import describe
-from aggregator.placement.gang import Gang, Placement, Unplaceable
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.capacity import usable_nodes
+from aggregator.placement.core.gang import Gang, Placement, Unplaceable
+from aggregator.placement.core.place import describe
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
 
 
 def place(topology: Topology, free: Mapping[str, Resources], gang: Gang, *,

@@ -1,5 +1,5 @@
 """The hypertopo policy: the placement core itself (lowest tier, fewest leaves, best fit)."""
 
-from aggregator.placement.core import place
+from aggregator.placement.core.place import place
 
 __all__ = ["place"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aggregator.placement.capacity import blocked_domains, usable_nodes
-from aggregator.placement.core import describe, resolve_limit, tier_order
-from aggregator.placement.gang import ROOT, Gang, Placement, Unplaceable
-from aggregator.placement.resources import Resources
-from aggregator.placement.topology import Topology
+from aggregator.placement.core.capacity import blocked_domains, usable_nodes
+from aggregator.placement.core.gang import ROOT, Gang, Placement, Unplaceable
+from aggregator.placement.core.place import describe, resolve_limit, tier_order
+from aggregator.placement.core.resources import Resources
+from aggregator.placement.core.topology import Topology
 
 
 def _dry_run(nodes: Sequence[str], free: Mapping[str, Resources], gang: Gang) -> dict[str, str] | None:

@@ -14,6 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (controlplane) when run from tests/bench
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kits"))  # realparts, which the harness imports
+
 from bench_memory import _report_templates, _row, node_object, pod_object, rss_mb, topology_json
 from controlplane.harness import running
 

@@ -15,16 +15,22 @@ SafeConstructor's. Plain scalars are resolved and constructed by PyYAML's own re
 constructors (`yaml_codec` hands them in), so `1`, `yes`, `~` and `2024-01-01` are what they are
 there. Nesting deeper than MAX_NESTING also goes to libyaml (which bounds it), so this never
 recurses far.
+
+Field names and most values repeat from line to line and from report to report: a one-line
+scalar's value, once read, is remembered by its text (KEPT of them, short ones, immutable values
+only), so the next time it costs one dict lookup.
 """
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable
 from typing import Any
 
 NOT_PLAIN: Any = object()  # `document`'s answer for text it leaves to libyaml
 MAX_NESTING = 64  # collections inside collections read here; deeper goes to libyaml
+KEPT = 4096  # one-line scalars remembered, per `plain` (bounded: the text is outside input)
 
 _UNSURE = re.compile("[^\n \"-$'-)+-=?A-_a-{}~]")  # not printable ASCII, or one of !%&*>@`| (never read here)
 _KEY = re.compile(r"(?:([A-Za-z0-9_/][A-Za-z0-9_./-]{0,127})|'((?:[^']|''){0,128})'):(?: +(\S.*))?$")
@@ -33,6 +39,8 @@ _QUOTED = re.compile(r"'([^']*(?:''[^']*)*)'$")
 _PLAIN_FIRST = frozenset("-?:,[]{}#&*!|>'\"%@` ")  # a plain scalar cannot start with these (but `-x`)
 
 Scalar = Callable[[str], Any]  # a plain scalar's text -> its value (NOT_PLAIN where not a core scalar)
+_KNOWN: dict[Scalar, dict[str, Any]] = {}  # per `plain`: a plain scalar's text -> its value, read once
+_IMMUTABLE = frozenset((str, int, float, bool, type(None), datetime.date, datetime.datetime))
 
 
 class _Unsure(Exception):
@@ -58,6 +66,10 @@ def document(text: str, plain: Scalar) -> Any:
 def _lines(text: str) -> list[tuple[int, str]] | None:
     """(indentation, content) of each line with content; None where a line holds a comment
     after something (`#` elsewhere than at a line's start)."""
+    if "#" not in text:  # no comment anywhere (reports, `kubectl -o yaml`): one comprehension
+        return [
+            (len(line) - len(content), content) for line in text.split("\n") if (content := line.lstrip(" "))
+        ]
     lines = []
     for line in text.split("\n"):
         content = line.lstrip(" ")
@@ -78,6 +90,7 @@ class _Reader:
 
     def __init__(self, lines: list[tuple[int, str]], plain: Scalar) -> None:
         self.lines, self.plain, self.count = lines, plain, len(lines)
+        self.known = _KNOWN.get(plain) or _KNOWN.setdefault(plain, {})
 
     def node(self, at: int, column: int, depth: int) -> tuple[Any, int]:
         """A mapping or list whose first line `at` is indented by `column`."""
@@ -118,25 +131,26 @@ class _Reader:
             name, quoted, text = key.groups()
             at += 1
             if text is not None:
-                value = self.scalar(text)
+                value = self.known.get(text, NOT_PLAIN)
+                if value is NOT_PLAIN:
+                    value = self.scalar(text)
             elif at < count and lines[at][0] > column:
                 value, at = self.node(at, lines[at][0], depth + 1)
             elif at < count and lines[at][0] == column and _is_entry(lines[at][1]):
                 value, at = self.sequence(at, column, depth + 1)  # a list at its key's indentation
             else:
                 value = None
-            if quoted is None:
-                name = self.plain(name)
-                if name is NOT_PLAIN:
-                    raise _Unsure
-            else:
-                name = quoted.replace("''", "'")
-            into[name] = value
+            into[self.key(name) if quoted is None else quoted.replace("''", "'")] = value
             if at >= count or lines[at][0] < column:
                 return into, at
             if lines[at][0] > column or _is_entry(lines[at][1]):
                 raise _Unsure
             key = _KEY.match(lines[at][1])
+
+    def key(self, name: str) -> Any:
+        """A plain key's value (its text matched _KEY: a plain scalar wherever it stands)."""
+        value = self.known.get(name, NOT_PLAIN)
+        return value if value is not NOT_PLAIN else self.remembered(name)
 
     def scalar(self, text: str) -> Any:
         """A one-line value: `[]`, `{}`, a single-quoted string or a plain scalar."""
@@ -156,7 +170,13 @@ class _Reader:
             ": " in text or text[-1] == ":" or text[-1] == " "
         ):
             raise _Unsure
+        return self.remembered(text)
+
+    def remembered(self, text: str) -> Any:
+        """`plain(text)`, remembered where the value is one of the immutable core scalars."""
         value = self.plain(text)
         if value is NOT_PLAIN:
             raise _Unsure
+        if len(text) <= 64 and len(self.known) < KEPT and type(value) in _IMMUTABLE:
+            self.known[text] = value
         return value

@@ -217,8 +217,11 @@ def _text(source: str | bytes | IO[str] | IO[bytes]) -> str | bytes:
 def _refuse_deep_flow(source: str | bytes) -> None:
     """YamlLimitError where more than MAX_FLOW_DEPTH brackets are open at once in one document
     (opening ones less closing ones since its start), naming the line of the first one past it.
-    Linear, at C speed (str.count and str.find, 4 KB at a time), done at the first bracket past it."""
+    Linear, at C speed (str.count and str.find, 4 KB at a time), done at the first bracket past it;
+    two counts where the text holds too few opening brackets to pass it."""
     text = source if isinstance(source, str) else source.decode("latin-1")  # bytes as they are: ASCII stays
+    if text.count("[") + text.count("{") <= MAX_FLOW_DEPTH:  # too few to pass it (any file read here)
+        return
     depth = 0
     for start, stop, new_document in _pieces(text):
         depth = _counted(text, start, stop, 0 if new_document else depth)

@@ -8,7 +8,8 @@ own scan is a sixth of the total); reading the lines directly takes less than ha
 
 `document` reads only what it is sure of and answers NOT_PLAIN for anything else (flow
 collections but `[]` and `{}`, double quotes, a scalar running onto a second line, a tag, an
-anchor, a comment after a value, a document marker, tabs, anything outside printable ASCII, any
+anchor, a comment after a value, a document marker, tabs, a character YAML does not print as it
+is (controls, NEL and the other line breaks past `\n`, a byte-order mark, surrogates), any
 indentation it does not expect, a scalar its constructor refuses): the caller then reads the text
 through libyaml, so every error, and every value of a document read here, is libyaml's and
 SafeConstructor's. Plain scalars are resolved and constructed by PyYAML's own resolver and
@@ -32,7 +33,11 @@ NOT_PLAIN: Any = object()  # `document`'s answer for text it leaves to libyaml
 MAX_NESTING = 64  # collections inside collections read here; deeper goes to libyaml
 KEPT = 4096  # one-line scalars remembered, per `plain` (bounded: the text is outside input)
 
-_UNSURE = re.compile("[^\n \"-$'-)+-=?A-_a-{}~]")  # not printable ASCII, or one of !%&*>@`| (never read here)
+# not printable in YAML (controls, C1 and NEL, surrogates, U+FFFE/F), a YAML line break (U+2028, U+2029), the
+# byte-order mark (skipped at a line's start), or one of !%&*>@`| (never read here)
+_UNSURE = re.compile(
+    "[^\n \"-$'-)+-=?A-_a-{}~\u00a0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
 _KEY = re.compile(r"(?:([A-Za-z0-9_/][A-Za-z0-9_./-]{0,127})|'((?:[^']|''){0,128})'):(?: +(\S.*))?$")
 # a quoted scalar, unrolled: `(?:[^']|'')*` would keep a backtracking entry per character (16 MiB for 100 KB)
 _QUOTED = re.compile(r"'([^']*(?:''[^']*)*)'$")
@@ -49,8 +54,6 @@ class _Unsure(Exception):
 
 def document(text: str, plain: Scalar) -> Any:
     """The value of `text`, a one-document block YAML mapping or list, or NOT_PLAIN."""
-    if not text.isascii():
-        return NOT_PLAIN
     lines = _lines(text)
     if lines is None or not lines or lines[0][0] != 0:
         return NOT_PLAIN

@@ -15,7 +15,7 @@ document to SafeConstructor, unchanged.
 Before any of that, a document in plain block style (reports and `kubectl -o yaml` output as they
 are written) is read line by line by `yaml_block`, with these same resolver and constructors: an
 8.9 KB report as `probe --model` writes it in 1.3 ms of CPU instead of 2.8 (median of interleaved runs). Whatever it is not sure of
-(flow collections, double quotes, a scalar over two lines, non-ASCII, any odd indentation) it
+(flow collections, double quotes, a scalar over two lines, odd characters, any odd indentation) it
 leaves to the path above, so values and errors stay libyaml's and SafeConstructor's.
 
 Aliases are refused (`YamlLimitError`): an alias shares one value many times over, so a 4.6 KB

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent.common import c_heap
 from agent.common.adapters.endpoints import serve
 from agent.common.adapters.informer import Informer
 from agent.common.command_line import CommandParser
@@ -186,7 +187,7 @@ def freeze_start_up_heap() -> bool:
     first, so the start-up's own cyclic garbage is freed rather than frozen."""
     gc.collect()
     gc.freeze()
-    slim.release_free_heap()  # what decoding the initial lists' pages took, back to the system
+    c_heap.release_free_heap()  # what decoding the initial lists' pages took, back to the system
     return True
 
 
@@ -247,6 +248,7 @@ class Controller:
         self.warnings: tuple[str, ...] = ()  # the pipeline's warnings, as last logged
         self.narrator = Narrator(options.fabric_sources, options.fabric_pattern)  # why nodes are left out
         self.heap_frozen = False  # freeze_start_up_heap() ran after the first cycle
+        self.heap_trimmer = c_heap.HeapTrimmer()
         self.events = EventRecorder(kube, "hypertopo-aggregator", clock=time.monotonic)
         self.refusals = Refusals(metrics.registry, on_new=self._refused)  # claims the cross-checks refused
 
@@ -432,6 +434,8 @@ class Controller:
             self._guarded_cycle()
             if not self.heap_frozen:
                 self.heap_frozen = freeze_start_up_heap()
+            else:  # what a compute and its writes decoded and dropped, back to the system now and then
+                self.heap_trimmer.maybe_release()
 
     def _guarded_cycle(self) -> None:
         try:
@@ -543,6 +547,7 @@ def _period(args: argparse.Namespace) -> float:
 def run(args: argparse.Namespace) -> int:
     """Runs the controller until SIGTERM/SIGINT; releases the lease on the way out; returns 0."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    c_heap.limit_arenas()  # before any thread allocates (agent.common.c_heap says why)
     metrics = AggregatorMetrics()
     try:
         sources = load_sources(args, live=True)

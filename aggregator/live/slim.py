@@ -33,7 +33,6 @@ keys and values are interned: at 100,000 nodes the same thirty keys are one stri
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -248,13 +247,3 @@ def without_managed_fields(obj: Mapping[str, Any]) -> Obj:
     if "managedFields" not in meta:
         return dict(obj)
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-
-
-def release_free_heap() -> bool:
-    """Hands the C heap's free pages back to the system (glibc's `malloc_trim`); False where the C
-    library has none. Why: the initial lists decode whole pages of objects before they are slimmed,
-    and the C heap keeps what that took: ~10 % of an aggregator's RSS after start-up."""
-    try:
-        return bool(ctypes.CDLL(None).malloc_trim(0) >= 0)
-    except (OSError, AttributeError):
-        return False

@@ -110,3 +110,31 @@ def test_only_the_leader_exports_cluster_state_gauges() -> None:
     for name in ("hypertopo_aggregator_stale_agents", "hypertopo_aggregator_hypernode_name_clashes"):
         assert get(name) is None
     assert get("hypertopo_aggregator_hypernodes", {"tier": "1", "tier_name": "leaf", "ready": "True"}) is None
+
+
+class SlimmingKube(ScriptedKube):
+    """A client that slims each object as it decodes it (KubeClient's `transform`), or one that
+    ignores the transform (a double), in which case the informer must slim the objects itself."""
+
+    def __init__(self, applies_transform: bool) -> None:
+        super().__init__()
+        self.applies_transform = applies_transform
+
+    def list(self, resource: Any, *, transform: Any = None, **_: Any) -> tuple[list[dict[str, Any]], str]:
+        items, version = super().list(resource)
+        return ([transform(o) for o in items] if transform and self.applies_transform else items), version
+
+
+def test_each_listed_object_is_slimmed_once_whether_or_not_the_client_slims_it() -> None:
+    for applies in (True, False):
+        seen: list[str] = []
+
+        def slim(o: dict[str, Any]) -> dict[str, Any]:
+            seen.append(o["metadata"]["name"])
+            return {"metadata": dict(o["metadata"]), "slim": True}
+
+        kube = SlimmingKube(applies)
+        informer = Informer(kube, HYPERNODES, transform=slim)  # type: ignore[arg-type]
+        informer._list()
+        assert seen == ["a"], f"client applies the transform: {applies}"
+        assert informer.snapshot() == {"a": {"metadata": obj("a", "1")["metadata"], "slim": True}}

@@ -128,9 +128,12 @@ class Informer:
         return changed
 
     # -- cache updates -----------------------------------------------------------------------------
-    def _replace(self, items: list[Obj]) -> None:
-        if self.transform is not None:
-            items = [self.transform(o) for o in items]
+    def _replace(self, items: list[Obj], made: dict[int, Obj] | None = None) -> None:
+        """The cache becomes `items`; those not in `made` (the records the transform already made
+        while the client decoded pages, by id) go through the transform first."""
+        transform, made = self.transform, made or {}
+        if transform is not None:
+            items = [o if made.get(id(o)) is o else transform(o) for o in items]
         with self._lock:
             old = self._objects
         fresh = {}
@@ -200,20 +203,35 @@ class Informer:
                     self._stop.wait(backoff)
                     backoff = min(self.max_backoff, backoff * 2)
 
+    def _made(self, made: dict[int, Obj]) -> Callable[[Obj], Obj]:
+        """The transform, noting the id of each record it makes: a record is not slimmed twice (a
+        second pass rebuilt every record, and the first copies freed among the kept ones left holes
+        in the heap that stayed resident)."""
+        transform = self.transform
+        assert transform is not None
+
+        def noted(obj: Obj) -> Obj:
+            record = transform(obj)
+            made[id(record)] = record
+            return record
+
+        return noted
+
     def _list(self) -> str:
         labels, fields = self.selectors["label_selector"], self.selectors["field_selector"]
+        made: dict[int, Obj] = {}  # the records the client's pages were slimmed into, by id
         if self.transform is None:
             items, version = self.kube.list(self.resource, namespace=self.namespace, label_selector=labels,
                                             field_selector=fields)
-        else:  # slimmed page by page where the client can (KubeClient); _replace applies it in any case
+        else:  # slimmed page by page where the client can (KubeClient); _replace slims what it did not
             items, version = self.kube.list(self.resource, namespace=self.namespace, label_selector=labels,
-                                            field_selector=fields, transform=self.transform,
+                                            field_selector=fields, transform=self._made(made),
                                             limit=SLIM_PAGE)
         if self.absent:
             log.info("%s: the API server serves %s now", self.resource.plural, self.resource.prefix)
             self.absent = False
         self.relists += 1
-        self._replace(items)
+        self._replace(items, made)
         self.synced.set()
         return version
 

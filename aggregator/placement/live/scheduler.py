@@ -42,6 +42,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from agent.common import c_heap
 from agent.common.adapters.endpoints import serve
 from agent.common.command_line import CommandParser
 from aggregator.live import slim
@@ -139,6 +140,7 @@ class Scheduler:
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
         self._topology = topology.build([])
         self._topology_gen = -1
+        self._heap_trimmer = c_heap.HeapTrimmer()
         self._faults_gen = -1
         self._failed_domains: dict[str, str] = {}
         self._scheduled_gen = -1
@@ -260,6 +262,7 @@ class Scheduler:
             # middle of decisions (a full collection over 10,000 nodes' objects took ~40 ms, the
             # whole p99 of a decision). Frozen objects are still freed by reference counting.
             gc.freeze()
+            self._heap_trimmer.maybe_release()  # the lists and events decoded for it, back to the system
         if self._faults_gen != self.state.topology_generation or self.faults.unknown_since:
             # a walk over every HyperNode: only when one changed, or one's Unknown grace is running
             # (not after every batch of pod events, which at 1,000 binds/s is hundreds a second)
@@ -635,6 +638,7 @@ def run(args: argparse.Namespace) -> int:
     from aggregator.placement.adapters import kube
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    c_heap.limit_arenas()  # before any thread allocates (agent.common.c_heap says why)
     try:
         api = kube.connect(args.kubeconfig, pool_size=args.bind_workers + 8, timeout=30.0)
     except kube.ApiError as exc:

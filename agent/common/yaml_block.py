@@ -38,6 +38,7 @@ KEPT = 4096  # one-line scalars remembered, per `plain` (bounded: the text is ou
 _UNSURE = re.compile(
     "[^\n \"-$'-)+-=?A-_a-{}~\u00a0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
 )
+_UNSURE_ASCII = "!%&*>@`|"  # the printable ASCII characters of _UNSURE
 _KEY = re.compile(r"(?:([A-Za-z0-9_/][A-Za-z0-9_./-]{0,127})|'((?:[^']|''){0,128})'):(?: +(\S.*))?$")
 # a quoted scalar, unrolled: `(?:[^']|'')*` would keep a backtracking entry per character (16 MiB for 100 KB)
 _QUOTED = re.compile(r"'([^']*(?:''[^']*)*)'$")
@@ -63,7 +64,15 @@ def document(text: str, plain: Scalar) -> Any:
         return NOT_PLAIN
     # the characters checked last, once the lines have been read (a scan of every character costs
     # as much as reading a report's lines; text that is not plain is mostly found out sooner)
-    return value if end == len(lines) and not _UNSURE.search(text) else NOT_PLAIN
+    return value if end == len(lines) and _sure_characters(text) else NOT_PLAIN
+
+
+def _sure_characters(text: str) -> bool:
+    """No character of _UNSURE in `text`. ASCII text (nearly all) is checked by str methods, a
+    fifth of the regular expression's CPU: printable ASCII or a line break, none of `!%&*>@`|`."""
+    if text.isascii():
+        return text.replace("\n", " ").isprintable() and not any(char in text for char in _UNSURE_ASCII)
+    return _UNSURE.search(text) is None
 
 
 def _lines(text: str) -> list[tuple[int, str]] | None:
@@ -106,9 +115,11 @@ class _Reader:
 
     def sequence(self, at: int, column: int, depth: int) -> tuple[list[Any], int]:
         items: list[Any] = []
-        lines, count = self.lines, self.count
-        while at < count and lines[at][0] == column and _is_entry(lines[at][1]):
-            content = lines[at][1]
+        lines, count, known = self.lines, self.count, self.known
+        while at < count:
+            indent, content = lines[at]
+            if indent != column or not (content[0] == "-" and (len(content) == 1 or content[1] == " ")):
+                break
             entry = content[1:].lstrip(" ")
             if not entry or _is_entry(entry):  # `-` alone, `- - x`: left to libyaml
                 raise _Unsure
@@ -116,7 +127,9 @@ class _Reader:
             if key:  # `- key: value`: a mapping at the entry's column
                 value, at = self.mapping(at, column + len(content) - len(entry), key, depth + 1)
             else:
-                value, at = self.scalar(entry), at + 1
+                value, at = known.get(entry, NOT_PLAIN), at + 1
+                if value is NOT_PLAIN:
+                    value = self.scalar(entry)
             items.append(value)
             if at < count and lines[at][0] > column:  # a scalar going on, or a stray indentation
                 raise _Unsure
@@ -125,35 +138,45 @@ class _Reader:
     def mapping(
         self, at: int, column: int, key: re.Match[str] | None, depth: int
     ) -> tuple[dict[Any, Any], int]:
-        """The mapping at `column` from line `at`, whose first key `key` has already been matched."""
+        """The mapping at `column` from line `at`, whose first key `key` has already been matched.
+        (A value or key read before is taken from `known` here, without a call: most are.)"""
         into: dict[Any, Any] = {}
-        lines, count = self.lines, self.count
+        lines, count, known = self.lines, self.count, self.known
         while True:
             if key is None:
                 raise _Unsure
             name, quoted, text = key.groups()
             at += 1
-            if text is not None:
-                value = self.known.get(text, NOT_PLAIN)
-                if value is NOT_PLAIN:
-                    value = self.scalar(text)
-            elif at < count and lines[at][0] > column:
-                value, at = self.node(at, lines[at][0], depth + 1)
-            elif at < count and lines[at][0] == column and _is_entry(lines[at][1]):
-                value, at = self.sequence(at, column, depth + 1)  # a list at its key's indentation
-            else:
-                value = None
-            into[self.key(name) if quoted is None else quoted.replace("''", "'")] = value
-            if at >= count or lines[at][0] < column:
+            if text is None:
+                value, at = self.under(at, column, depth)
+            elif (value := known.get(text, NOT_PLAIN)) is NOT_PLAIN:
+                value = self.scalar(text)
+            if quoted is not None:
+                name = quoted.replace("''", "'")
+            elif (found := known.get(name, NOT_PLAIN)) is not NOT_PLAIN:
+                name = found
+            else:  # its text matched _KEY: a plain scalar wherever it stands
+                name = self.remembered(name)
+            into[name] = value
+            if at >= count:
                 return into, at
-            if lines[at][0] > column or _is_entry(lines[at][1]):
-                raise _Unsure
-            key = _KEY.match(lines[at][1])
+            indent, content = lines[at]
+            if indent != column or (content[0] == "-" and (len(content) == 1 or content[1] == " ")):
+                if indent < column:
+                    return into, at
+                raise _Unsure  # deeper, or an entry under a key that has its value
+            key = _KEY.match(content)
 
-    def key(self, name: str) -> Any:
-        """A plain key's value (its text matched _KEY: a plain scalar wherever it stands)."""
-        value = self.known.get(name, NOT_PLAIN)
-        return value if value is not NOT_PLAIN else self.remembered(name)
+    def under(self, at: int, column: int, depth: int) -> tuple[Any, int]:
+        """The value of a key with nothing after its colon (the key's line is before `at`): the
+        lines indented under it, a list at the key's own indentation, or null."""
+        if at < self.count:
+            indent, content = self.lines[at]
+            if indent > column:
+                return self.node(at, indent, depth + 1)
+            if indent == column and _is_entry(content):
+                return self.sequence(at, column, depth + 1)  # a list at its key's indentation
+        return None, at
 
     def scalar(self, text: str) -> Any:
         """A one-line value: `[]`, `{}`, a single-quoted string or a plain scalar."""

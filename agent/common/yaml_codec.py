@@ -97,7 +97,7 @@ class Loader(SafeLoader):
             return _SEQ if kind is SequenceNode else _MAP
         if not implicit[0]:
             return _STR
-        return _plain_tag(value)
+        return Loader._resolved.get(value) or _plain_tag(value)  # the remembered tag without a call
 
     def construct_document(self, node: Node) -> Any:
         try:

@@ -17,9 +17,9 @@ constructors (`yaml_codec` hands them in), so `1`, `yes`, `~` and `2024-01-01` a
 there. Nesting deeper than MAX_NESTING also goes to libyaml (which bounds it), so this never
 recurses far.
 
-Field names and most values repeat from line to line and from report to report: a one-line
-scalar's value, once read, is remembered by its text (KEPT of them, short ones, immutable values
-only), so the next time it costs one dict lookup.
+Field names, values and whole lines repeat from line to line and from report to report: a
+one-line scalar's value, and how a `key: value` line splits, once read, are remembered by their
+text (KEPT of each, short ones, immutable values only), so the next time each costs a dict lookup.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ _QUOTED = re.compile(r"'([^']*(?:''[^']*)*)'$")
 _PLAIN_FIRST = frozenset("-?:,[]{}#&*!|>'\"%@` ")  # a plain scalar cannot start with these (but `-x`)
 
 Scalar = Callable[[str], Any]  # a plain scalar's text -> its value (NOT_PLAIN where not a core scalar)
+_Groups = tuple[Any, ...]  # _KEY's groups: plain key, quoted key, value text (None: absent)
+_KEYS: dict[str, _Groups] = {}  # a `key: value` line's content -> _KEY's groups, read once
 _KNOWN: dict[Scalar, dict[str, Any]] = {}  # per `plain`: a plain scalar's text -> its value, read once
 _IMMUTABLE = frozenset((str, int, float, bool, type(None), datetime.date, datetime.datetime))
 
@@ -73,6 +75,19 @@ def _sure_characters(text: str) -> bool:
     if text.isascii():
         return text.replace("\n", " ").isprintable() and not any(char in text for char in _UNSURE_ASCII)
     return _UNSURE.search(text) is None
+
+
+def _key(content: str) -> _Groups | None:
+    """_KEY's groups for a line's content (None where it is no `key: value` line), remembered for
+    short lines (KEPT of them): most lines repeat from report to report, and a dict lookup is a
+    fraction of the regular expression's match."""
+    match = _KEY.match(content)
+    if match is None:
+        return None
+    groups: _Groups = match.groups()
+    if len(content) <= 80 and len(_KEYS) < KEPT:
+        _KEYS[content] = groups
+    return groups
 
 
 def _lines(text: str) -> list[tuple[int, str]] | None:
@@ -111,7 +126,7 @@ class _Reader:
         content = self.lines[at][1]
         if _is_entry(content):
             return self.sequence(at, column, depth)
-        return self.mapping(at, column, _KEY.match(content), depth)
+        return self.mapping(at, column, _KEYS.get(content) or _key(content), depth)
 
     def sequence(self, at: int, column: int, depth: int) -> tuple[list[Any], int]:
         items: list[Any] = []
@@ -123,7 +138,7 @@ class _Reader:
             entry = content[1:].lstrip(" ")
             if not entry or _is_entry(entry):  # `-` alone, `- - x`: left to libyaml
                 raise _Unsure
-            key = _KEY.match(entry)
+            key = _KEYS.get(entry) or _key(entry)
             if key:  # `- key: value`: a mapping at the entry's column
                 value, at = self.mapping(at, column + len(content) - len(entry), key, depth + 1)
             else:
@@ -135,9 +150,7 @@ class _Reader:
                 raise _Unsure
         return items, at
 
-    def mapping(
-        self, at: int, column: int, key: re.Match[str] | None, depth: int
-    ) -> tuple[dict[Any, Any], int]:
+    def mapping(self, at: int, column: int, key: _Groups | None, depth: int) -> tuple[dict[Any, Any], int]:
         """The mapping at `column` from line `at`, whose first key `key` has already been matched.
         (A value or key read before is taken from `known` here, without a call: most are.)"""
         into: dict[Any, Any] = {}
@@ -145,7 +158,7 @@ class _Reader:
         while True:
             if key is None:
                 raise _Unsure
-            name, quoted, text = key.groups()
+            name, quoted, text = key
             at += 1
             if text is None:
                 value, at = self.under(at, column, depth)
@@ -165,7 +178,7 @@ class _Reader:
                 if indent < column:
                     return into, at
                 raise _Unsure  # deeper, or an entry under a key that has its value
-            key = _KEY.match(content)
+            key = _KEYS.get(content) or _key(content)
 
     def under(self, at: int, column: int, depth: int) -> tuple[Any, int]:
         """The value of a key with nothing after its colon (the key's line is before `at`): the

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple
 
-from agent.common.report import RdmaDevice
+from agent.common.report import RdmaDevice, RdmaPort
 
 
 def normalise_guid(text: str) -> str:
@@ -33,16 +33,30 @@ NULL_GUID = "0" * 16
 
 
 def _gid_guid(gid: str) -> str | None:
-    """The port GUID inside a link-local GID (its low 64 bits, RFC 4391 / IBTA)."""
+    """The port GUID inside an InfiniBand GID: its low 64 bits under the subnet prefix (IBTA; RFC
+    4391), None where the prefix is zero: an IPv4-mapped entry (`::ffff:10.0.0.1`, which a RoCE
+    port lists) or an unset one, whose low bits are an address, not a GUID."""
     groups = gid.split(":")
-    if len(groups) != 8:
+    if len(groups) != 8 or not "".join(groups[:4]).strip("0"):
         return None
     return normalise_guid("".join(groups[4:]))
 
 
+def port_guids(port: RdmaPort) -> Iterator[str]:
+    """The port GUIDs inside the port's GIDs (the null GUID of an unset GID left out). None on an
+    Ethernet (RoCE) port: its GIDs are its IP addresses (link-local ones built from the MAC), which
+    no fabric dump or UFM listing names, and two hosts may well share an address on separate rails."""
+    if port.link_layer == "Ethernet":
+        return
+    for gid in port.gids:
+        guid = _gid_guid(gid)
+        if guid and guid != NULL_GUID:
+            yield guid
+
+
 def hca_guids(hcas: Iterable[RdmaDevice]) -> frozenset[str]:
     """The normalised GUIDs of these HCAs: node and system image GUIDs, and the port GUIDs inside
-    their GIDs (the null GUID of an unset GID left out)."""
+    their InfiniBand ports' GIDs (`port_guids`)."""
     guids: set[str] = set()
     for device in hcas:
         node_guid, image_guid = device.node_guid, device.sys_image_guid
@@ -51,10 +65,7 @@ def hca_guids(hcas: Iterable[RdmaDevice]) -> frozenset[str]:
         if image_guid and image_guid != node_guid:
             guids.add(normalise_guid(image_guid))
         for port in device.ports:
-            for gid in port.gids:
-                guid = _gid_guid(gid)
-                if guid and guid != NULL_GUID:
-                    guids.add(guid)
+            guids.update(port_guids(port))
     return frozenset(guids)
 
 

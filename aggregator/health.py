@@ -68,6 +68,8 @@ class MemberHealth:
 
 HEALTHY = MemberHealth(MemberState.HEALTHY)
 MISSING = MemberHealth(MemberState.UNKNOWN, ("no NodeTopology report",), frozenset({"ReportMissing"}))
+# one instance: while agents roll out, every node may be without one at once (three objects a node)
+AGENT_GONE = MemberHealth(MemberState.UNKNOWN, ("agent not running",), frozenset({"AgentGone"}))
 
 
 def member_health(
@@ -75,9 +77,9 @@ def member_health(
 ) -> MemberHealth:
     """One node's health. `None` for node_ready/agent_alive means "not tracked"."""
     if agent_alive is False:
-        return MemberHealth(MemberState.UNKNOWN, ("agent not running",), frozenset({"AgentGone"}))
+        return AGENT_GONE
     if report is None:
-        return MemberHealth(MemberState.UNKNOWN, ("no NodeTopology report",), frozenset({"ReportMissing"}))
+        return MISSING
     if node_ready is not False and all_clear(report):
         return HEALTHY  # the common case, decided without building anything
     grey = grey_findings(report)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,12 +64,33 @@ def names(tree: DomainTree) -> dict[str, str]:
     return {key: domain_name(td.domain.kind, td.domain.identity) for key, td in tree.domains.items()}
 
 
+MEMBER_TYPES = ("HyperNode", "Node")
+MEMBERS_KEPT = 1_000_000  # member entries remembered per type; past it the table starts over
+_member_entries: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in MEMBER_TYPES}
+
+
+def member(kind: str, name: str) -> dict[str, Any]:
+    """The member entry `{"type": kind, "selector": {"exactMatch": {"name": name}}}`, one instance
+    per kind and name. Why: a live aggregator holds every entry twice, in the HyperNodes it wants
+    and in its cache of the HyperNodes the API server has (`aggregator.live.slim.slim_hypernode`
+    puts this instance in place of the decoded one); three dicts and two strings per node, ~0.6 kB
+    a node each time. Entries are read and serialised, never changed (a write deep-copies its spec)."""
+    table = _member_entries[kind]
+    entry = table.get(name)
+    if entry is None:
+        if len(table) >= MEMBERS_KEPT:
+            table.clear()  # sharing is an economy only: a fresh entry is equal to the old one
+        name = sys.intern(name)
+        entry = table[name] = {"type": kind, "selector": {"exactMatch": {"name": name}}}
+    return entry
+
+
 def _members(td: TreeDomain, name_of: Mapping[str, str]) -> list[dict[str, Any]]:
     """HyperNode members first, then Nodes, each sorted by name ("HyperNode" < "Node"; the direct
     nodes come sorted): one entry per node of the cluster over all domains, so no tuples, no sort."""
     children = sorted(name_of[child] for child in td.children)
-    members = [{"type": "HyperNode", "selector": {"exactMatch": {"name": name}}} for name in children]
-    members += [{"type": "Node", "selector": {"exactMatch": {"name": node}}} for node in td.direct_nodes]
+    members = [member("HyperNode", name) for name in children]
+    members += [member("Node", node) for node in td.direct_nodes]
     return members
 
 

@@ -232,7 +232,7 @@ class Controller:
             track_changes=True,
             transform=slim.slim_agent_pod,
         )
-        self.hypernodes = Informer(kube, kubeapi.HYPERNODES, on_change=wake)
+        self.hypernodes = Informer(kube, kubeapi.HYPERNODES, on_change=wake, transform=slim.slim_hypernode)
         self.applier = Applier(kubeapi.HyperNodeClient(kube), may_write=may_write)
         self.marker = NodeMarker(kubeapi.NodeClient(kube, label_manager=LABEL_MANAGER), may_write=may_write)
         # with --node-labels, Kueue's Topology names those labels (aggregator.live.kueue_topology)
@@ -387,7 +387,7 @@ class Controller:
 
     def _write(self, desired: DesiredState, view: ClusterView) -> int:
         outcome = self.applier.apply(self.annotate(desired.hypernodes), self.live_hypernodes())
-        self._hn_overlay.written.update(outcome.written)
+        self._hn_overlay.written.update((n, slim.slim_hypernode(o)) for n, o in outcome.written.items())
         for name in outcome.deleted:
             self._hn_overlay.deleted[name] = _rv(self.hypernodes.snapshot().get(name, {})) or 0
         self._clashes = len(outcome.clashes)

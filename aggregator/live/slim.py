@@ -25,6 +25,10 @@ same shape, so every reader keeps working on it unchanged (the client-go informe
   containers reduced to name and resources); phase, conditions and nominatedNodeName.
 - Agent pod (`slim_agent_pod`, the aggregator's): name, namespace, uid, resourceVersion,
   deletionTimestamp, nodeName, the Ready condition.
+- HyperNode (`slim_hypernode`, the aggregator's): the whole object (reconcile compares its spec,
+  labels, annotations, status and managedFields with what it wants), each member entry replaced
+  by the one instance `aggregator.render.member` keeps of it, which the desired HyperNodes hold
+  too: an entry per node, three dicts and two strings, is then held once, not twice.
 - Anything else the scheduler watches (`without_managed_fields`): managedFields dropped.
 
 Every function takes a full object or its own output (a re-list may hand a record back), and label
@@ -41,6 +45,7 @@ from typing import Any
 from agent.common.measure_rows import PLAN_DIGEST_KEY
 from aggregator.live.node_marks import DEGRADED_MANAGER, LABEL_MANAGER, LABEL_PREFIX
 from aggregator.live.slim_report import share_report, trim_report
+from aggregator.render import MEMBER_TYPES, member
 from aggregator.sources import Source
 from aggregator.sources.nodetopology import PARSED_KEY, report_from_object
 
@@ -105,10 +110,14 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-def _ident(obj: Mapping[str, Any]) -> Obj:
-    """apiVersion, kind and the metadata that names an object and its version (events, preconditions)."""
+def _ident(obj: Mapping[str, Any], *, shared_name: bool = False) -> Obj:
+    """apiVersion, kind and the metadata that names an object and its version (events, preconditions).
+    `shared_name`: the name is interned (a node's name, which its Node, its NodeTopology, its report
+    and the HyperNode member entries all hold: one string, not one per record)."""
     meta = _meta(obj)
     out: Obj = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    if shared_name and "name" in out:
+        out["name"] = _text(out["name"])
     slim: Obj = {"metadata": out}
     for key in ("apiVersion", "kind"):
         if key in obj:
@@ -133,7 +142,7 @@ def slim_node(node: Mapping[str, Any], *, label_keys: Collection[str] | None = N
     labels kept besides hypertopo's own (None: every label); `allocatable`: whether it is kept. The
     aggregator keeps only the labels its label levels name and no allocatable (module docstring)."""
     meta, spec, status = _meta(node), node.get("spec") or {}, node.get("status") or {}
-    slim = _ident(node)
+    slim = _ident(node, shared_name=True)
     out = slim["metadata"]
     labels = meta.get("labels") or {}
     if label_keys is not None:
@@ -146,7 +155,7 @@ def slim_node(node: Mapping[str, Any], *, label_keys: Collection[str] | None = N
     managed = _our_managed_fields(meta)
     if managed:
         out["managedFields"] = managed
-    slim["spec"] = {k: shared(spec[k]) for k in ("taints", "unschedulable") if spec.get(k)}
+    slim["spec"] = shared({k: shared(spec[k]) for k in ("taints", "unschedulable") if spec.get(k)})
     kept: Obj = {}
     ready = [{"type": "Ready", "status": _text(c.get("status"))}
              for c in status.get("conditions") or () if isinstance(c, Mapping) and c.get("type") == "Ready"]
@@ -182,7 +191,7 @@ def slim_topology(obj: Mapping[str, Any]) -> Obj:
     """The NodeTopology as its identity plus the parsed report (or the one-line reason it is unreadable)."""
     if PARSED_KEY in obj:
         return dict(obj)
-    slim = _ident(obj)
+    slim = _ident(obj, shared_name=True)
     plan = (obj.get("status") or {}).get("probePlan")  # only its digest: what the plan writer compares
     if isinstance(plan, Mapping) and isinstance(plan.get("digest"), str):
         slim[PLAN_DIGEST_KEY] = plan["digest"]
@@ -247,3 +256,26 @@ def without_managed_fields(obj: Mapping[str, Any]) -> Obj:
     if "managedFields" not in meta:
         return dict(obj)
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def slim_hypernode(obj: Mapping[str, Any]) -> Obj:
+    """The HyperNode with its member entries shared with the desired ones (module docstring); an
+    entry of another shape (a regular-expression or label selector, an extra field) is kept as is."""
+    spec = obj.get("spec")
+    members = spec.get("members") if isinstance(spec, Mapping) else None
+    if not isinstance(members, list) or not members:
+        return obj if isinstance(obj, dict) else dict(obj)
+    kept = [_shared_member(entry) for entry in members]
+    if all(a is b for a, b in zip(kept, members, strict=True)):  # already this function's output
+        return obj if isinstance(obj, dict) else dict(obj)
+    return {**obj, "spec": {**spec, "members": kept}}  # type: ignore[dict-item]
+
+
+def _shared_member(entry: Any) -> Any:
+    if type(entry) is not dict or len(entry) != 2 or entry.get("type") not in MEMBER_TYPES:
+        return entry
+    selector = entry.get("selector")
+    exact = selector.get("exactMatch") if type(selector) is dict and len(selector) == 1 else None
+    if type(exact) is not dict or len(exact) != 1 or type(exact.get("name")) is not str:
+        return entry
+    return member(entry["type"], exact["name"])

@@ -49,13 +49,14 @@ from agent.common.report import (
     RdmaDevice,
     RdmaPort,
 )
-from aggregator.graph import NULL_GUID, _gid_guid, normalise_guid
+from aggregator.graph import NULL_GUID, _gid_guid, normalise_guid, port_guids
 
 # report parts shared between reports when equal: value objects, never a node's own identity
 SHARED_CLASSES = (NvLink, ComponentHealth, GpuFabric, NvLinkDomain, NvmlReport, Interface, RdmaPort)
 EMPTY: Mapping[str, Any] = MappingProxyType({})  # every empty map of a report (counters, ...): one, read-only
 # one node's own names (GUIDs, UUIDs, MACs): never equal to another's, so not worth a shared-table entry
-OWN_FIELDS = frozenset({"node_name", "hostname", "uuid", "node_guid", "sys_image_guid", "node_desc", "mac", "gids"})
+# (the node's name is interned all the same: its Node and NodeTopology records hold the same string)
+OWN_FIELDS = frozenset({"hostname", "uuid", "node_guid", "sys_image_guid", "node_desc", "mac", "gids"})
 SHARED_LIMIT = 200_000  # parts remembered; past it the table starts over (sharing is an economy only)
 
 
@@ -85,9 +86,11 @@ def _device(device: RdmaDevice) -> RdmaDevice:
 
 def _port(port: RdmaPort, known: set[str]) -> RdmaPort:
     """The port less LIDs and rate, and less the GIDs that add no GUID to the device's
-    (`graph.hca_guids`, their one reader): an InfiniBand port's GID holds its port GUID, most
-    often the node GUID the device already names."""
-    gids = tuple(g for g in port.gids if _gid_guid(g) not in known and _gid_guid(g) is not None)
+    (`graph.hca_guids`, their one reader, through `graph.port_guids`): an InfiniBand port's GID
+    holds its port GUID, most often the node GUID the device already names; a RoCE port's GIDs
+    are addresses and add none. The port is then equal on every node of a kind, and shared."""
+    adds = set(port_guids(port)) - known
+    gids = tuple(g for g in port.gids if _gid_guid(g) in adds) if adds else ()
     return dataclasses.replace(port, lid=None, sm_lid=None, rate_gbps=None, gids=gids)
 
 

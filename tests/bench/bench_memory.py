@@ -16,7 +16,8 @@ Pods per node (what the scheduler watches besides).
 * live (`--live`, tests/bench/bench_memory_live.py): a real etcd + kube-apiserver holds the same objects
   (managedFields the API server's own); two aggregator replicas (leader, standby) and a scheduler
   run as processes, old and new side by side, each pair with its own Lease; RSS once they are
-  ready and have settled (no base there: whole-process RSS).
+  ready and have settled; the base is the same process's RSS on the same API server before any
+  object was created.
 
 Printed per row: RSS in MB, the RSS of the same process before its informers started
 (interpreter and imports), and MB per 1,000 nodes both as RSS/nodes and as (RSS - base)/nodes.

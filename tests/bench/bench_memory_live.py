@@ -1,7 +1,11 @@
 """The live rows of tests/bench/bench_memory.py: a real etcd + kube-apiserver (tests/controlplane) holds
 the benchmark's Nodes, NodeTopology reports and Pods; two aggregator replicas with leader election
 (leader and standby) and a scheduler run as processes, the old code and this tree's side by side
-(each pair with its own Lease), and their RSS is read once they are ready and have settled."""
+(each pair with its own Lease), and their RSS is read once they are ready and have settled.
+
+The base of each row is the same process's settled RSS on the same API server before any object
+is created (interpreter, imports, TLS, threads, the first empty lists): MB per 1,000 nodes above
+it is what the nodes cost, as in the in-process rows."""
 
 from __future__ import annotations
 
@@ -30,8 +34,6 @@ def _load(kubeconfig: str, nodes: int) -> None:
     import json
 
     kube = connect(kubeconfig, pool_size=16)
-    for ns in ("hypertopo-system", "work"):
-        kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     templates = _report_templates()
 
     def one(i: int) -> None:
@@ -69,14 +71,21 @@ def run_live(sizes: list[int], dirs: dict[str, str]) -> None:
     for nodes in sizes:
         with running() as plane:
             kubeconfig = str(plane.kubeconfig)
+            kube = connect(kubeconfig)
+            for ns in ("hypertopo-system", "work"):
+                kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            base = _measure(plane, kubeconfig, 0, dirs, {})
             started = time.monotonic()
             _load(kubeconfig, nodes)
             print(f"live: {nodes} nodes, {nodes} reports, {3 * nodes} pods created in "
                   f"{time.monotonic() - started:.0f} s", flush=True)
-            _measure(plane, kubeconfig, nodes, dirs)
+            _measure(plane, kubeconfig, nodes, dirs, base)
 
 
-def _measure(plane: Any, kubeconfig: str, nodes: int, dirs: dict[str, str]) -> None:
+def _measure(plane: Any, kubeconfig: str, nodes: int, dirs: dict[str, str],
+             base: dict[str, float]) -> dict[str, float]:  # fmt: skip
+    """Runs each replica until ready and settled; prints a row each (none for the base run, nodes
+    0); returns their RSS by name."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
     ports: dict[str, tuple[int, str]] = {}
     port = 19700
@@ -95,7 +104,7 @@ def _measure(plane: Any, kubeconfig: str, nodes: int, dirs: dict[str, str]) -> N
                             "--namespace=hypertopo-system", f"--lease-name=sched-{code}",
                             f"--listen=127.0.0.1:{port}"]
                     check = "/healthz"
-                log = open(Path(plane.workdir) / f"{code}-{role.replace(' ', '-')}.log", "wb")  # noqa: SIM115
+                log = open(Path(plane.workdir) / f"{code}-{role.replace(' ', '-')}-{nodes}.log", "wb")  # noqa: SIM115
                 procs[f"{role} {code}"] = subprocess.Popen(argv, env=env, cwd="/", stdout=log, stderr=subprocess.STDOUT)
                 ports[f"{role} {code}"] = (port, check)
                 time.sleep(3 if role == "aggregator leader" else 0.5)  # the leader takes the Lease first
@@ -103,9 +112,13 @@ def _measure(plane: Any, kubeconfig: str, nodes: int, dirs: dict[str, str]) -> N
         while not all(_ready(*ports[n]) for n in procs) and time.monotonic() < deadline:
             time.sleep(2)
         rss = _settled({n: p.pid for n, p in procs.items()}, timeout=300)
+        if not nodes:
+            print("live: base (no objects): " + ", ".join(f"{n} {v:.1f} MB" for n, v in sorted(rss.items())), flush=True)
+            return rss
         for name in sorted(procs, key=lambda n: (n.split()[:-1], n.split()[-1] != "old")):
             role, code = name.rsplit(" ", 1)
-            _row(f"live {role}", nodes, code, rss[name], 0.0, "" if _ready(*ports[name]) else "[NOT READY]")
+            _row(f"live {role}", nodes, code, rss[name], base.get(name, 0.0), "" if _ready(*ports[name]) else "[NOT READY]")
+        return rss
     finally:
         for proc in procs.values():
             proc.terminate()

@@ -129,7 +129,7 @@ def test_each_listed_object_is_slimmed_once_whether_or_not_the_client_slims_it()
     for applies in (True, False):
         seen: list[str] = []
 
-        def slim(o: dict[str, Any]) -> dict[str, Any]:
+        def slim(o: dict[str, Any], seen: list[str] = seen) -> dict[str, Any]:
             seen.append(o["metadata"]["name"])
             return {"metadata": dict(o["metadata"]), "slim": True}
 

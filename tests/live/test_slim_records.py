@@ -176,7 +176,8 @@ def test_a_trimmed_report_keeps_every_field_the_aggregator_reads() -> None:
             was.name, was.node_guid, was.sys_image_guid, was.pci_address)
         assert [(p.port, p.state, p.netdev) for p in kept.ports] == [(p.port, p.state, p.netdev) for p in was.ports]
         assert hca_guids((kept,)) == hca_guids((was,))  # per device: what the duplicate-GUID check compares
-        assert all(p.gids == was.ports[0].gids[1:] for p in kept.ports)  # the one naming the node GUID goes
+        # the GID naming the node GUID adds nothing, the IPv4-mapped one names no GUID: both go
+        assert all(p.gids == () for p in kept.ports) and all(len(p.gids) == 2 for p in was.ports)
     assert [(n.interface, n.chassis_id, n.port_id, n.system_name, n.capabilities) for n in trimmed.lldp] == [
         (n.interface, n.chassis_id, n.port_id, n.system_name, n.capabilities) for n in whole.lldp]
     assert [(i.name, i.bond_master, i.pci_address, i.kind) for i in trimmed.interfaces] == [
@@ -205,6 +206,24 @@ def test_equal_report_parts_are_shared_between_nodes_and_reports_stay_equal() ->
         ib[node] = slim.slim_topology(node_topology_object(dataclasses.replace(whole, rdma=rdma)))[PARSED_KEY]
     assert ib["n1"].rdma[0].ports[0] is ib["n2"].rdma[0].ports[0] and ib["n1"].rdma[0].ports[0].gids == ()
     assert hca_guids(ib["n2"].rdma) == hca_guids(rdma) != hca_guids(ib["n1"].rdma)  # rdma: n2's, whole
+    own = slim.slim_topology(node_topology_object(_hgx_report("n3")))[PARSED_KEY].rdma[0]  # IPv4-mapped GID too
+    assert own.ports[0] is ib["n1"].rdma[0].ports[0]
+
+
+def test_a_port_guid_other_than_the_node_guid_keeps_its_gid_and_roce_addresses_are_dropped() -> None:
+    whole = _hgx_report("n1")
+    device = whole.rdma[0]
+    port_guid = "0c42:a103:00ff:0001"
+    ib = dataclasses.replace(device.ports[0], gids=(f"fe80:0000:0000:0000:{device.node_guid}",
+                                                   f"fe80:0000:0000:0000:{port_guid}"))  # fmt: skip
+    roce = dataclasses.replace(device.ports[0], link_layer="Ethernet",
+                               gids=("fe80:0000:0000:0000:0200:00ff:fe00:0001", "0000:0000:0000:0000:0000:ffff:0a00:0001"))  # fmt: skip
+    for port, kept_gids in ((ib, (ib.gids[1],)), (roce, ())):
+        devices = (dataclasses.replace(device, ports=(port,)),)
+        kept = trim_report(dataclasses.replace(whole, rdma=devices)).rdma
+        assert kept[0].ports[0].gids == kept_gids
+        assert hca_guids(kept) == hca_guids(devices)
+    assert "0c42a10300ff0001" in hca_guids((dataclasses.replace(device, ports=(ib,)),))
 
 
 def _sick(report: NodeReport, index: int) -> NodeReport:
@@ -376,3 +395,27 @@ def test_the_aggregators_node_keeps_its_labels_and_the_label_levels_and_builds_t
         assert node_readiness(nodes) == node_readiness({n: kubelet_node(n, ready="False" if n == "n4" else "True")
                                                          for n in view.nodes})  # fmt: skip
     assert results[0] == results[1] and len(results[0][0]) >= 3
+
+
+def test_live_hypernodes_share_the_desired_member_entries_and_plan_no_write() -> None:
+    """The cache of written HyperNodes holds the very member entries the desired ones hold (one
+    instance per node), stays equal to what the API server sent, and reconcile plans no write."""
+    import json
+
+    from aggregator.live.reconcile import plan
+
+    compute = pipeline_compute(build_parser().parse_args(["--hold-down", "0"]))
+    desired = compute(_cluster(True), 1000.0).hypernodes
+    as_served = json.loads(json.dumps(desired))  # what a watch decodes: equal, none of the instances
+    odd = {"type": "Node", "selector": {"regexMatch": {"pattern": "^n"}}}
+    as_served[0]["spec"]["members"].append(odd)  # another shape: kept as it came
+    cached = [slim.slim_hypernode(obj) for obj in as_served]
+    assert cached == as_served
+    assert [slim.slim_hypernode(obj) for obj in cached] == cached  # its own output passes through
+    want = {id(m) for obj in desired for m in obj["spec"]["members"]}
+    have = [m for obj in cached for m in obj["spec"]["members"]]
+    assert {id(m) for m in have if m is not odd} == want and any(m is odd for m in have)
+    del as_served[0]["spec"]["members"][-1], cached[0]["spec"]["members"][-1]
+    live = {obj["metadata"]["name"]: {**obj, "metadata": {**obj["metadata"], "resourceVersion": "7"}}
+            for obj in (slim.slim_hypernode(o) for o in as_served)}  # fmt: skip
+    assert plan(desired, live).empty

@@ -11,7 +11,7 @@ import pytest
 from agent.cluster_model import parse_model
 from agent.common.report import Interface, LldpNeighbour, RdmaDevice, RdmaPort, node_topology_object
 from agent.model_probe import report_for
-from aggregator.graph import FabricGraph, normalise_guid
+from aggregator.graph import FabricGraph, hca_guids, normalise_guid
 from aggregator.pipeline import ClusterInputs, Pipeline
 from aggregator.sources import labels, nodetopology, switch_lldp
 
@@ -52,6 +52,18 @@ def test_port_guids_inside_gids_map_the_node() -> None:
     report = dataclasses.replace(report_for(MODEL, "n3"), rdma=(RdmaDevice("mlx5_0", ports=(port,)),))
     assert nodetopology.facts_of(report).guids == {"0c42a103008b40d1"}
     assert normalise_guid("0x0c42a103008b40d1") == normalise_guid("c42a103008b40d1") == "0c42a103008b40d1"
+
+
+def test_roce_addresses_and_ipv4_mapped_gids_name_no_guid() -> None:
+    """A RoCE port's GIDs are its addresses (link-local ones built from its MAC), and a zero
+    subnet prefix (`::ffff:10.0.0.1`) is an address on any port: none is a port GUID a fabric dump
+    or UFM could name, and two hosts may share one on separate rails."""
+    link_local = "fe80:0000:0000:0000:0c42:a103:008b:40d1"
+    mapped = "0000:0000:0000:0000:0000:ffff:0a00:0001"
+    roce = RdmaPort(1, "ACTIVE", "LinkUp", 400.0, "Ethernet", gids=(link_local, mapped))
+    ib = RdmaPort(1, "ACTIVE", "LinkUp", 400.0, "InfiniBand", gids=(link_local, mapped))
+    assert hca_guids((RdmaDevice("mlx5_0", ports=(roce,)),)) == frozenset()
+    assert hca_guids((RdmaDevice("mlx5_0", ports=(ib,)),)) == {"0c42a103008b40d1"}
 
 
 def test_neighbours_on_bond_slaves_and_shared_pci_functions_are_fabric_and_management_is_not() -> None:

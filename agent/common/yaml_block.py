@@ -3,8 +3,8 @@
 Reports, node labels and `kubectl -o yaml` output are block YAML of one shape: `key: value` lines,
 `- ` entries, nesting by indentation, plain or single-quoted one-line scalars. Through libyaml,
 each node costs a Python Node, two Marks and a resolver call before anything is built (libyaml's
-own scan is a sixth of the total); reading the lines directly takes less than half the CPU
-(2.2x on 8.9 KB reports as `probe --model` writes them).
+own scan is a sixth of the total); reading the lines directly takes a quarter of the
+instructions (3.8x fewer on 8.9 KB reports as `probe --model` writes them, callgrind).
 
 `document` reads only what it is sure of and answers NOT_PLAIN for anything else (flow
 collections but `[]` and `{}`, double quotes, a scalar running onto a second line, a tag, an
